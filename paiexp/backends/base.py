@@ -1,0 +1,77 @@
+"""The Backend protocol: the same verbs on every platform, so launchers never branch on it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+from paiexp.spec import JobSpec
+
+
+class JobState(StrEnum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    STOPPED = "STOPPED"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED)
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    state: JobState
+    reason: str | None = None
+    exit_code: int | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+
+
+@dataclass(frozen=True)
+class JobHandle:
+    """Enough to find a job again: its deterministic name and the platform's id for it."""
+
+    name: str
+    id: str
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    lines: list[str]
+    cursor: int
+
+
+class Backend(Protocol):
+    name: str
+    poll_interval: float
+
+    def validate(self, spec: JobSpec) -> None:
+        """Raise UserError for anything this backend cannot run. Submits nothing."""
+
+    def submit(self, spec: JobSpec) -> JobHandle:
+        """Start the job; idempotent by ``spec.name`` (an existing job is returned, not re-run)."""
+
+    def find(self, name: str) -> JobHandle | None:
+        """The job with this name, if it was ever submitted."""
+
+    def poll(self, handles: Sequence[JobHandle]) -> dict[str, JobStatus]:
+        """Status of many jobs in one call, keyed by job id."""
+
+    def read_logs(self, handle: JobHandle, cursor: int, *, final: bool = False) -> LogChunk:
+        """Complete log lines after ``cursor``; ``final`` also returns an unterminated tail."""
+
+    def stop(self, handle: JobHandle) -> None:
+        """Ask the job to stop; it ends in state STOPPED."""
+
+    def outputs(self, handle: JobHandle) -> dict[str, str]:
+        """Output channel -> URI where the job's outputs are kept (``model`` among them)."""
+
+    def output_parameters(self, handle: JobHandle) -> dict[str, float]:
+        """Numbers the job wrote under ``output_parameters/``."""
+
+    def console_url(self, handle: JobHandle) -> str | None:
+        """Where a person can watch the job, if the platform has such a page."""

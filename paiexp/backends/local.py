@@ -1,0 +1,298 @@
+"""Local process backend: each job in its own directory that mirrors PAI's ``/ml`` tree.
+
+A job runs under a small detached runner (:mod:`paiexp.backends.local_runner`) in its own
+session, so it survives the launcher; the runner records the job's state in ``state.json``
+(written atomically) and the job's output goes to ``job.log``.  Layout of a job directory::
+
+    <root>/<job name>/spec.json      the JobSpec
+                      launch.json    the runner's pid (written by the launcher)
+                      state.json     state, pids, start, end, exit code, reason (by the runner)
+                      job.log        stdout and stderr of the command
+                      ml/usercode, ml/input/config, ml/input/data/<ch>, ml/output/<ch>
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from paiexp import contract
+from paiexp.backends.base import JobHandle, JobState, JobStatus, LogChunk
+from paiexp.errors import UserError
+from paiexp.metrics import read_output_parameters
+from paiexp.source import copy_source
+from paiexp.spec import JobSpec
+
+log = logging.getLogger(__name__)
+
+INSTALL_MODES = ("auto", "always", "never")
+STARTUP_TIMEOUT = 60.0  # a job directory with no runner after this long never started
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(self, config: Any, base_dir: Path) -> None:
+        if config.install_requirements not in INSTALL_MODES:
+            raise UserError(
+                f"backend.install_requirements: invalid value {config.install_requirements!r}; "
+                f"expected one of {', '.join(INSTALL_MODES)}"
+            )
+        if config.poll_interval <= 0:
+            raise UserError(f"backend.poll_interval: must be > 0, got {config.poll_interval}")
+        self.root = (base_dir / config.root).resolve()
+        self.poll_interval = float(config.poll_interval)
+        self.stop_grace_period = float(config.stop_grace_period)
+        self.install_requirements = str(config.install_requirements)
+
+    def job_dir(self, name: str) -> Path:
+        return self.root / name
+
+    def validate(self, spec: JobSpec) -> None:
+        for channel, uri in spec.inputs.items():
+            if uri.startswith("oss://"):
+                raise UserError(
+                    f"job.inputs.{channel}: backend=local reads local paths only, got {uri!r}; "
+                    "use a local copy of the data"
+                )
+        for channel, out in spec.outputs.items():
+            if out is not None and out.startswith("oss://"):
+                raise UserError(
+                    f"job.outputs.{channel}: backend=local writes local paths only, got {out!r}"
+                )
+        if spec.instance_count > 1:
+            log.warning(
+                "backend=local runs one process; job.instance_count=%d is ignored",
+                spec.instance_count,
+            )
+
+    # -- submit / find ---------------------------------------------------------------------
+
+    def submit(self, spec: JobSpec) -> JobHandle:
+        existing = self.find(spec.name)
+        if existing is not None:
+            return existing
+        self.root.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".staging-{spec.name}-", dir=self.root))
+        try:
+            self._prepare(spec, staging)
+            os.rename(staging, self.job_dir(spec.name))
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)
+            existing = self.find(spec.name)
+            if existing is None:
+                raise
+            return existing  # another launcher won the race for this name
+        job_dir = self.job_dir(spec.name)
+        self._start_runner(job_dir, self._environment(spec, job_dir))
+        return JobHandle(name=spec.name, id=spec.name)
+
+    def find(self, name: str) -> JobHandle | None:
+        if (self.job_dir(name) / "spec.json").is_file():
+            return JobHandle(name=name, id=name)
+        return None
+
+    def load_spec(self, handle: JobHandle) -> JobSpec:
+        return JobSpec.from_dict(json.loads((self.job_dir(handle.id) / "spec.json").read_text()))
+
+    def _prepare(self, spec: JobSpec, job_dir: Path) -> None:
+        """Lay out the job's ``/ml`` mirror in ``job_dir``."""
+        layout = contract.JobLayout(job_dir / "ml")
+        working_dir = Path(layout.working_dir)
+        if spec.source_dir:
+            copy_source(Path(spec.source_dir), working_dir)
+        else:
+            working_dir.mkdir(parents=True)
+        Path(layout.config_dir).mkdir(parents=True)
+        Path(layout.hyperparameters_file).write_text(
+            contract.hyperparameters_json(spec.hyperparameters)
+        )
+        for channel, source in spec.inputs.items():
+            channel_dir = Path(layout.input_dir(channel))
+            channel_dir.parent.mkdir(parents=True, exist_ok=True)
+            if Path(source).is_dir():
+                channel_dir.symlink_to(source, target_is_directory=True)
+            else:
+                channel_dir.mkdir()
+                (channel_dir / Path(source).name).symlink_to(source)
+        for channel in [*spec.output_channels, contract.OUTPUT_PARAMETERS_CHANNEL]:
+            Path(layout.output_dir(channel)).mkdir(parents=True)
+        (job_dir / "spec.json").write_text(json.dumps(spec.to_dict(), indent=2))
+
+    def _environment(self, spec: JobSpec, job_dir: Path) -> dict[str, str]:
+        """The environment of the job's command: the launcher's, the job's, the contract's."""
+        input_files = {
+            channel: None if Path(source).is_dir() else Path(source).name
+            for channel, source in spec.inputs.items()
+        }
+        env = dict(os.environ)
+        # The job's `python` is the launcher's interpreter, as on PAI it is the image's.
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        env.update(spec.environments)
+        env.update(
+            contract.environment(
+                contract.JobLayout(job_dir / "ml"),
+                spec.hyperparameters,
+                input_files,
+                spec.output_channels,
+            )
+        )
+        return env
+
+    def _start_runner(self, job_dir: Path, env: dict[str, str]) -> None:
+        command = [
+            sys.executable,
+            "-m",
+            "paiexp.backends.local_runner",
+            str(job_dir),
+            "--grace",
+            str(self.stop_grace_period),
+            "--install",
+            self.install_requirements,
+        ]
+        runner = subprocess.Popen(
+            command,
+            env=env,
+            cwd=job_dir,
+            start_new_session=True,
+            close_fds=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        write_json_atomic(
+            job_dir / "launch.json",
+            {"runner_pid": runner.pid, "runner_start": process_start_time(runner.pid)},
+        )
+
+    # -- status / logs / stop --------------------------------------------------------------
+
+    def poll(self, handles: Sequence[JobHandle]) -> dict[str, JobStatus]:
+        return {handle.id: self._status(self.job_dir(handle.id)) for handle in handles}
+
+    def _status(self, job_dir: Path) -> JobStatus:
+        state = read_json(job_dir / "state.json")
+        launch = read_json(job_dir / "launch.json")
+        runner_alive = bool(launch) and process_alive(launch["runner_pid"], launch["runner_start"])
+        if state is None:
+            if runner_alive:
+                return JobStatus(JobState.PENDING)
+            if launch is None and time.time() - _mtime(job_dir / "spec.json") < STARTUP_TIMEOUT:
+                return JobStatus(JobState.PENDING)
+            # The runner may have written its state just before we looked at launch.json.
+            state = read_json(job_dir / "state.json")
+            if state is None:
+                return JobStatus(JobState.FAILED, reason="the job's runner never started")
+        status = JobStatus(
+            state=JobState(state["state"]),
+            reason=state.get("reason"),
+            exit_code=state.get("exit_code"),
+            started_at=state.get("started_at"),
+            ended_at=state.get("ended_at"),
+        )
+        if not status.state.terminal and not runner_alive:
+            state = read_json(job_dir / "state.json") or state  # it may have just finished
+            if not JobState(state["state"]).terminal:
+                return JobStatus(
+                    JobState.FAILED,
+                    reason="the job's runner process died",
+                    started_at=status.started_at,
+                )
+            return self._status(job_dir)
+        return status
+
+    def read_logs(self, handle: JobHandle, cursor: int, *, final: bool = False) -> LogChunk:
+        path = self.job_dir(handle.id) / "job.log"
+        try:
+            with path.open("rb") as stream:
+                stream.seek(cursor)
+                data = stream.read()
+        except FileNotFoundError:
+            return LogChunk([], cursor)
+        if not final:
+            data = data[: data.rfind(b"\n") + 1]
+        text = data.decode("utf-8", errors="replace")
+        return LogChunk(text.splitlines(), cursor + len(data))
+
+    def stop(self, handle: JobHandle) -> None:
+        job_dir = self.job_dir(handle.id)
+        (job_dir / "stop").touch()
+        launch = read_json(job_dir / "launch.json")
+        if launch and process_alive(launch["runner_pid"], launch["runner_start"]):
+            os.kill(launch["runner_pid"], signal.SIGTERM)  # the runner stops the process group
+            return
+        state = read_json(job_dir / "state.json") or {}
+        if state.get("pgid") and not JobState(state["state"]).terminal:
+            kill_group(state["pgid"], signal.SIGKILL)
+
+    # -- outputs -----------------------------------------------------------------------------
+
+    def outputs(self, handle: JobHandle) -> dict[str, str]:
+        spec = self.load_spec(handle)
+        layout = contract.JobLayout(self.job_dir(handle.id) / "ml")
+        return {
+            channel: Path(spec.outputs.get(channel) or layout.output_dir(channel)).as_uri()
+            for channel in spec.output_channels
+        }
+
+    def output_parameters(self, handle: JobHandle) -> dict[str, float]:
+        layout = contract.JobLayout(self.job_dir(handle.id) / "ml")
+        return read_output_parameters(Path(layout.output_parameters_dir))
+
+    def console_url(self, handle: JobHandle) -> str | None:
+        return None
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Replace ``path`` with ``data`` so that a reader sees the old or the new file, never half."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(data))
+    os.replace(temporary, path)
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+
+
+def process_start_time(pid: int) -> str | None:
+    """The kernel's start time of ``pid`` (tells a live process from a reused pid)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def process_alive(pid: int, start_time: str | None) -> bool:
+    current = process_start_time(pid)
+    if current is None or (start_time is not None and current != start_time):
+        return False
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+
+
+def kill_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0

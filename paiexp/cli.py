@@ -1,0 +1,150 @@
+"""The command line.
+
+    paiexp [OVERRIDES...]              compose conf/ with Hydra overrides and run the job
+    paiexp --cfg job [-p PKG] [--resolve]   print the composed config, run nothing
+    paiexp rerun RUN_ID [KEY=VALUE...] run a tracked run's job again from its stored config
+    paiexp attach JOB_NAME             follow a job whose launcher died, and close its run
+
+A user mistake is one line on stderr and exit code 2, before any job or run exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from paiexp.errors import UserError
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from paiexp.runs import PreparedJob
+    from paiexp.tracking import MlflowTracker, TrackedRun
+
+EXIT_USER_ERROR = 2
+EXIT_JOB_FAILED = 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if args and args[0] in COMMANDS:
+            return COMMANDS[args[0]](args[1:])
+        return run_command(args)
+    except UserError as exc:
+        print(f"paiexp: error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser(prog: str, description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--config-dir", "-cd", help="the project's conf/ directory")
+    parser.add_argument("--config-name", "-cn", default="config", help="root config name")
+    parser.add_argument("--quiet", "-q", action="store_true", help="do not echo the job's log")
+    return parser
+
+
+def run_command(argv: Sequence[str]) -> int:
+    parser = _parser("paiexp", "Compose a training job from conf/ and run it.")
+    parser.add_argument(
+        "--cfg", "-c", choices=["job", "all"], help="print the composed config and exit"
+    )
+    parser.add_argument("--package", "-p", help="with --cfg: print only this config node")
+    parser.add_argument("--resolve", action="store_true", help="with --cfg: resolve ${...}")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. job.name=x")
+    args = parser.parse_args(argv)
+
+    from paiexp.compose import compose, locate_project
+
+    project = locate_project(args.config_dir, args.config_name)
+    if args.cfg:
+        return print_config(compose(project, args.overrides), args.package, args.resolve)
+
+    from paiexp.runs import prepare
+
+    job = prepare(project, args.overrides)
+    return _run(job, quiet=args.quiet)
+
+
+def rerun_command(argv: Sequence[str]) -> int:
+    parser = _parser("paiexp rerun", "Run a tracked run's job again from its stored config.")
+    parser.add_argument("run_id")
+    parser.add_argument("overrides", nargs="*", help="KEY=VALUE edits of the stored config")
+    args = parser.parse_args(argv)
+
+    from pathlib import Path
+
+    from paiexp.compose import compose, locate_project, to_object
+    from paiexp.runs import open_tracker, prepare_from_record
+    from paiexp.tracking import CONFIG_ARTIFACT
+
+    project = locate_project(args.config_dir, args.config_name)
+    tracker = open_tracker(to_object(compose(project, [])))
+    tracked = _get_run(tracker, args.run_id)
+    job = prepare_from_record(
+        tracker.load_text(tracked.run_id, CONFIG_ARTIFACT),
+        Path(tracked.tags["paiexp.project_dir"]),
+        args.overrides,
+    )
+    return _run(job, quiet=args.quiet, extra_tags={"paiexp.rerun_of": tracked.run_id})
+
+
+def attach_command(argv: Sequence[str]) -> int:
+    parser = _parser("paiexp attach", "Follow a job whose launcher died, and close its run.")
+    parser.add_argument("job_name")
+    args = parser.parse_args(argv)
+
+    from paiexp.compose import compose, locate_project, to_object
+    from paiexp.runs import attach, open_tracker, summarize
+
+    project = locate_project(args.config_dir, args.config_name)
+    tracker = open_tracker(to_object(compose(project, [])))
+    _quiet_libraries()
+    run_id, result = attach(tracker, args.job_name, echo=None if args.quiet else print)
+    if result is None:
+        return 0
+    summarize(run_id, result, tracker.uri)
+    return 0 if result.status.state.value == "SUCCEEDED" else EXIT_JOB_FAILED
+
+
+def print_config(cfg: DictConfig, package: str | None, resolve: bool) -> int:
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.select(cfg, package) if package else cfg
+    if node is None:
+        raise UserError(f"--package: no config node {package!r}")
+    print(OmegaConf.to_yaml(node, resolve=resolve), end="")
+    return 0
+
+
+def _run(job: PreparedJob, *, quiet: bool, extra_tags: dict[str, str] | None = None) -> int:
+    from paiexp.runs import execute, open_tracker, summarize
+
+    tracker = open_tracker(job.config)
+    _quiet_libraries()
+    run_id, result = execute(job, tracker, echo=None if quiet else print, extra_tags=extra_tags)
+    summarize(run_id, result, tracker.uri)
+    return 0 if result.status.state.value == "SUCCEEDED" else EXIT_JOB_FAILED
+
+
+def _get_run(tracker: MlflowTracker, run_id: str) -> TrackedRun:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return tracker.get_run(run_id)
+    except MlflowException:
+        raise UserError(f"run_id: no MLflow run {run_id!r} in {tracker.uri}") from None
+
+
+def _quiet_libraries() -> None:
+    logging.basicConfig(level=logging.WARNING, format="[%(name)s] %(message)s")
+    for name in ("alembic", "mlflow"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+COMMANDS = {"rerun": rerun_command, "attach": attach_command}

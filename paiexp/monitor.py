@@ -1,0 +1,94 @@
+"""Watching one job: its log read from a cursor, metrics extracted as lines arrive, the result.
+
+A launcher polls all its jobs' statuses in one backend call and then asks each job's monitor
+for new log lines; a single run is the same with one job.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from paiexp.backends.base import Backend, JobHandle, JobStatus
+from paiexp.metrics import MetricExtractor, MetricPoint
+from paiexp.spec import JobSpec
+
+LOG_TAIL_LINES = 50
+
+
+@dataclass
+class JobResult:
+    handle: JobHandle
+    status: JobStatus
+    metrics: dict[str, float]
+    series: dict[str, list[MetricPoint]]
+    output_parameters: dict[str, float] = field(default_factory=dict)
+    outputs: dict[str, str] = field(default_factory=dict)
+    console_url: str | None = None
+    log_path: Path | None = None
+    log_tail: list[str] = field(default_factory=list)
+
+    @property
+    def model_uri(self) -> str | None:
+        return self.outputs.get("model")
+
+
+class JobMonitor:
+    """Incremental log reader of one job; keeps a local copy of the log for tracking."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        handle: JobHandle,
+        spec: JobSpec,
+        log_path: Path,
+        echo: Callable[[str], None] | None = None,
+    ) -> None:
+        self.backend = backend
+        self.handle = handle
+        self.spec = spec
+        self.log_path = log_path
+        self.echo = echo
+        self.cursor = 0
+        self.extractor = MetricExtractor(spec.metric_definitions)
+        self.tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
+        self.unlogged: list[MetricPoint] = []
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.write_bytes(b"")
+
+    def pull(self, *, final: bool = False) -> list[MetricPoint]:
+        """Read new log lines; returns the metric points they held."""
+        chunk = self.backend.read_logs(self.handle, self.cursor, final=final)
+        self.cursor = chunk.cursor
+        if not chunk.lines:
+            return []
+        with self.log_path.open("a", encoding="utf-8") as stream:
+            stream.writelines(line + "\n" for line in chunk.lines)
+        self.tail.extend(chunk.lines)
+        if self.echo is not None:
+            for line in chunk.lines:
+                self.echo(line)
+        points = self.extractor.feed(chunk.lines)
+        self.unlogged.extend(points)
+        return points
+
+    def take_unlogged(self) -> list[MetricPoint]:
+        points, self.unlogged = self.unlogged, []
+        return points
+
+    def result(self, status: JobStatus) -> JobResult:
+        """The job's outcome; call after a final :meth:`pull` once the job is terminal."""
+        output_parameters = self.backend.output_parameters(self.handle)
+        return JobResult(
+            handle=self.handle,
+            status=status,
+            metrics={**self.extractor.final(), **output_parameters},
+            series=self.extractor.series,
+            output_parameters=output_parameters,
+            outputs=self.backend.outputs(self.handle),
+            console_url=self.backend.console_url(self.handle),
+            log_path=self.log_path,
+            log_tail=list(self.tail),
+        )

@@ -1,0 +1,107 @@
+"""RunRecord: everything stored with a run so that it can be reproduced.
+
+The resolved config (secrets replaced by ``${oc.env:NAME}`` references), the JobSpec, the
+project directory relative paths were resolved against, the code version (git commit and a
+content digest of the source dir) and the image.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from paiexp import __version__
+from paiexp.source import git_revision, source_digest
+from paiexp.spec import JobSpec
+
+SECRET_NAME = re.compile(r"(?i)(secret|token|passw(or)?d|access_?key|api_?key|credential)")
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    spec: JobSpec
+    config_yaml: str
+    backend: str
+    project_dir: str
+    overrides: tuple[str, ...] = ()
+    source_digest: str | None = None
+    git_commit: str | None = None
+    git_dirty: bool | None = None
+
+    def spec_json(self) -> str:
+        """The spec as stored with the run: secrets redacted like the config's."""
+        data = self.spec.to_dict()
+        data["environments"] = redact_environments(data["environments"])
+        return json.dumps(data, indent=2)
+
+    @property
+    def config_hash(self) -> str:
+        return hashlib.sha256(self.config_yaml.encode()).hexdigest()
+
+    def params(self) -> dict[str, str]:
+        params = dict(self.spec.hyperparameters)
+        job_fields = {
+            "job.image": self.spec.image,
+            "job.instance_type": self.spec.instance_type,
+            "job.instance_count": str(self.spec.instance_count),
+            "job.backend": self.backend,
+            "job.command": self.spec.command,
+        }
+        params.update({key: value for key, value in job_fields.items() if value is not None})
+        return params
+
+    def tags(self) -> dict[str, str]:
+        tags = {
+            "paiexp.job_name": self.spec.name,
+            "paiexp.backend": self.backend,
+            "paiexp.status": "PENDING",
+            "paiexp.config_hash": self.config_hash,
+            "paiexp.project_dir": self.project_dir,
+            "paiexp.overrides": " ".join(self.overrides),
+            "paiexp.version": __version__,
+        }
+        if self.spec.image:
+            tags["paiexp.image"] = self.spec.image
+        if self.source_digest:
+            tags["paiexp.source_digest"] = self.source_digest
+        if self.git_commit:
+            tags["mlflow.source.git.commit"] = self.git_commit
+            tags["paiexp.git_dirty"] = str(self.git_dirty).lower()
+        return tags
+
+
+def make_record(
+    config: dict[str, Any], spec: JobSpec, *, project_dir: Path, overrides: tuple[str, ...] = ()
+) -> RunRecord:
+    """The record of a job about to be submitted; ``config`` is the resolved config as a dict."""
+    import yaml
+
+    revision = git_revision(Path(spec.source_dir)) if spec.source_dir else None
+    return RunRecord(
+        spec=spec,
+        config_yaml=yaml.safe_dump(redact_config(config), sort_keys=False),
+        backend=str(config["backend"]["name"]),
+        project_dir=str(project_dir),
+        overrides=overrides,
+        source_digest=source_digest(Path(spec.source_dir)) if spec.source_dir else None,
+        git_commit=revision.commit if revision else None,
+        git_dirty=revision.dirty if revision else None,
+    )
+
+
+def redact_environments(environments: dict[str, str]) -> dict[str, str]:
+    """Values with secret-looking names become ``${oc.env:NAME}`` references."""
+    return {
+        name: f"${{oc.env:{name}}}" if SECRET_NAME.search(name) else value
+        for name, value in environments.items()
+    }
+
+
+def redact_config(config: dict[str, Any]) -> dict[str, Any]:
+    job = dict(config.get("job", {}))
+    job["environments"] = redact_environments(dict(job.get("environments") or {}))
+    return {**config, "job": job}

@@ -1,0 +1,184 @@
+"""Single runs: compose and validate a job, submit it, follow it, track it in MLflow.
+
+:func:`prepare` does every check a user mistake can fail and imports nothing heavy; only
+:func:`execute` creates the MLflow run and submits the job.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from paiexp.backends import Backend, JobHandle, create_backend
+from paiexp.compose import Project, compose, from_yaml, to_container, to_object
+from paiexp.config import Config
+from paiexp.errors import UserError
+from paiexp.monitor import JobMonitor, JobResult
+from paiexp.record import make_record
+from paiexp.spec import JobSpec, build_spec
+
+if TYPE_CHECKING:
+    from paiexp.tracking import MlflowTracker
+
+METRIC_FLUSH_SECONDS = 5.0
+TERMINAL_RUN_STATUSES = ("FINISHED", "FAILED", "KILLED")
+Echo = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class PreparedJob:
+    """A validated job, ready to submit."""
+
+    config: Config
+    data: dict[str, Any]
+    spec: JobSpec
+    backend: Backend
+    base_dir: Path
+    overrides: tuple[str, ...]
+
+
+def unique_job_name(base: str) -> str:
+    return f"{base}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
+
+
+def prepare(project: Project, overrides: Sequence[str]) -> PreparedJob:
+    """Compose the project's config and validate everything about the job."""
+    return _prepare(compose(project, overrides), project.base_dir, tuple(overrides))
+
+
+def prepare_from_record(config_yaml: str, base_dir: Path, overrides: Sequence[str]) -> PreparedJob:
+    """The same job again, from a run's stored config (``key=value`` overrides applied)."""
+    return _prepare(from_yaml(config_yaml, overrides), base_dir, tuple(overrides))
+
+
+def _prepare(cfg: Any, base_dir: Path, overrides: tuple[str, ...]) -> PreparedJob:
+    config = to_object(cfg)
+    data = to_container(cfg)
+    spec = build_spec(config.job, name=unique_job_name(config.job.name), base_dir=base_dir)
+    backend = create_backend(config.backend, base_dir)
+    backend.validate(spec)
+    return PreparedJob(config, data, spec, backend, base_dir, overrides)
+
+
+def open_tracker(config: Config) -> MlflowTracker:
+    from paiexp.tracking import MlflowTracker
+
+    return MlflowTracker(config.tracker.uri, config.tracker.experiment)
+
+
+def execute(
+    job: PreparedJob,
+    tracker: Any,
+    *,
+    echo: Echo | None = print,
+    extra_tags: dict[str, str] | None = None,
+) -> tuple[str, JobResult]:
+    """Track, submit and follow a prepared job to its end; returns the run id and result."""
+    record = make_record(job.data, job.spec, project_dir=job.base_dir, overrides=job.overrides)
+    run_id = tracker.start_run(record, extra_tags=extra_tags)
+    try:
+        handle = job.backend.submit(job.spec)
+    except BaseException as exc:
+        tracker.fail(run_id, f"submission failed: {exc}")
+        raise
+    tracker.set_tags(run_id, {"paiexp.job_id": handle.id, "paiexp.status": "SUBMITTED"})
+    _say(f"job {job.spec.name} submitted to backend={job.backend.name} (MLflow run {run_id})")
+    result = follow(job.backend, handle, job.spec, tracker, run_id, job.base_dir, echo=echo)
+    return run_id, result
+
+
+def follow(
+    backend: Backend,
+    handle: JobHandle,
+    spec: JobSpec,
+    tracker: Any,
+    run_id: str,
+    base_dir: Path,
+    *,
+    echo: Echo | None = print,
+) -> JobResult:
+    """Watch a submitted job until it ends, streaming metrics to its run, then close the run.
+
+    A first Ctrl-C stops the job (the run ends KILLED); a second leaves it running, to be
+    picked up again with ``paiexp attach JOB_NAME``.
+    """
+    log_path = base_dir / ".paiexp" / "logs" / f"{spec.name}.log"
+    monitor = JobMonitor(backend, handle, spec, log_path, echo=echo)
+    stopping = False
+    last_flush = time.monotonic()
+    while True:
+        try:
+            status = backend.poll([handle])[handle.id]
+            monitor.pull(final=status.state.terminal)
+            if status.state.terminal:
+                break
+            if time.monotonic() - last_flush > METRIC_FLUSH_SECONDS:
+                tracker.log_metrics(run_id, monitor.take_unlogged())
+                last_flush = time.monotonic()
+            time.sleep(backend.poll_interval)
+        except KeyboardInterrupt:
+            if stopping:
+                _say(f"detached; the job goes on. Follow it with: paiexp attach {spec.name}")
+                raise
+            stopping = True
+            _say("stopping the job (Ctrl-C again to detach and leave it running)")
+            backend.stop(handle)
+    result = monitor.result(status)
+    tracker.finish(run_id, result, unlogged=monitor.take_unlogged())
+    return result
+
+
+def attach(
+    tracker: Any, job_name: str, *, echo: Echo | None = print
+) -> tuple[str, JobResult | None]:
+    """Find a job by name through its MLflow run, follow it to its end and close the run.
+
+    Returns no result when the run was closed already.
+    """
+    from paiexp.tracking import CONFIG_ARTIFACT, SPEC_ARTIFACT
+
+    tracked = tracker.find_run(job_name)
+    if tracked is None:
+        raise UserError(f"no MLflow run in {tracker.uri} tracks a job named {job_name!r}")
+    base_dir = Path(tracked.tags["paiexp.project_dir"])
+    stored = to_object(from_yaml(tracker.load_text(tracked.run_id, CONFIG_ARTIFACT)))
+    backend = create_backend(stored.backend, base_dir)
+    handle = backend.find(job_name)
+    if handle is None:
+        if tracked.status not in TERMINAL_RUN_STATUSES:
+            tracker.fail(tracked.run_id, f"job {job_name} was never submitted")
+        raise UserError(f"backend={backend.name} has no job named {job_name!r}")
+    if tracked.status in TERMINAL_RUN_STATUSES:
+        _say(f"run {tracked.run_id} of job {job_name} is already {tracked.status}")
+        return tracked.run_id, None
+    spec = JobSpec.from_dict(json.loads(tracker.load_text(tracked.run_id, SPEC_ARTIFACT)))
+    return tracked.run_id, follow(
+        backend, handle, spec, tracker, tracked.run_id, base_dir, echo=echo
+    )
+
+
+def summarize(run_id: str, result: JobResult, tracker_uri: str) -> None:
+    """What a person wants to see when a run ends."""
+    status = result.status
+    took = ""
+    if status.started_at and status.ended_at:
+        took = f" in {status.ended_at - status.started_at:.1f} s"
+    _say(
+        f"job {result.handle.name}: {status.state.value}{took}"
+        + (f" ({status.reason})" if status.reason else "")
+    )
+    for name, value in sorted(result.metrics.items()):
+        _say(f"  {name} = {value:g}")
+    if result.model_uri:
+        _say(f"  model: {result.model_uri}")
+    _say(f"  MLflow run {run_id}; browse with: mlflow ui --backend-store-uri {tracker_uri}")
+
+
+def _say(message: str) -> None:
+    print(f"[paiexp] {message}", file=sys.stderr, flush=True)

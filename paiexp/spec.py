@@ -1,0 +1,185 @@
+"""JobSpec: the backend-neutral description of one job, built and validated from the config.
+
+Every check a user mistake can fail happens here (or in a backend's ``validate``), before any
+job is submitted or any run is tracked; each failure is a :class:`UserError` naming the key.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from paiexp import contract
+from paiexp.errors import UserError
+from paiexp.metrics import MetricDefinition, definition_error
+
+JOB_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,39}$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+OSS_URI = re.compile(r"^oss://[a-z0-9][a-z0-9-]{1,61}[a-z0-9](/.*)?$")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What to run, independent of where. Paths are absolute; hyperparameter values strings."""
+
+    name: str
+    command: str
+    image: str | None = None
+    source_dir: str | None = None
+    instance_type: str | None = None
+    instance_count: int = 1
+    hyperparameters: dict[str, str] = field(default_factory=dict)
+    inputs: dict[str, str] = field(default_factory=dict)
+    outputs: dict[str, str | None] = field(default_factory=dict)
+    environments: dict[str, str] = field(default_factory=dict)
+    requirements: tuple[str, ...] = ()
+    max_run_time: int | None = None
+    metric_definitions: tuple[MetricDefinition, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def output_channels(self) -> list[str]:
+        """The standard output channels plus the job's extra ones."""
+        extra = [name for name in self.outputs if name not in contract.OUTPUT_CHANNELS]
+        return [*contract.OUTPUT_CHANNELS, *extra]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JobSpec:
+        values = dict(data)
+        values["requirements"] = tuple(values.get("requirements", ()))
+        values["metric_definitions"] = tuple(
+            MetricDefinition(**item) for item in values.get("metric_definitions", ())
+        )
+        return cls(**values)
+
+
+def build_spec(job: Any, *, name: str, base_dir: Path) -> JobSpec:
+    """Validate a composed ``job`` config (a JobConfig) and turn it into a JobSpec.
+
+    Relative paths in the config are taken relative to ``base_dir`` (the project directory).
+    """
+    if not JOB_NAME.match(job.name):
+        _fail("job.name", job.name, "1-40 letters, digits or '-', starting with a letter")
+    if not job.command or not job.command.strip():
+        raise UserError("job.command: must not be empty")
+    if job.instance_count < 1:
+        _fail("job.instance_count", job.instance_count, "a whole number >= 1")
+    if job.max_run_time is not None and job.max_run_time <= 0:
+        _fail("job.max_run_time", job.max_run_time, "a number of seconds > 0, or null")
+    return JobSpec(
+        name=name,
+        command=job.command,
+        image=job.image,
+        source_dir=_source_dir(job.source_dir, base_dir),
+        instance_type=job.instance_type,
+        instance_count=job.instance_count,
+        hyperparameters=_hyperparameters(job.hyperparameters),
+        inputs=_inputs(job.inputs, base_dir),
+        outputs=_outputs(job.outputs, base_dir),
+        environments=_environments(job.environments),
+        requirements=tuple(str(item) for item in job.requirements),
+        max_run_time=job.max_run_time,
+        metric_definitions=_metric_definitions(job.metric_definitions),
+        labels=_labels(job.labels),
+    )
+
+
+def _fail(key: str, value: Any, valid: str) -> None:
+    raise UserError(f"{key}: invalid value {value!r}; expected {valid}")
+
+
+def _source_dir(source_dir: str | None, base_dir: Path) -> str | None:
+    if source_dir is None:
+        return None
+    path = (base_dir / source_dir).resolve()
+    if not path.is_dir():
+        raise UserError(f"job.source_dir: {source_dir!r} is not a directory (looked at {path})")
+    return str(path)
+
+
+def _hyperparameters(tree: Mapping[str, Any]) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for name, value in contract.flatten_hyperparameters(tree).items():
+        key = f"job.hyperparameters.{name}"
+        if not contract.HYPERPARAMETER_NAME.match(name):
+            _fail(key, name, "a name of letters, digits, '_', '-' or '.'")
+        if value is None or not isinstance(value, str | int | float | bool):
+            _fail(key, value, "a string, number or boolean")
+        values[name] = contract.format_value(value)
+    return values
+
+
+def _check_channel(key: str, channel: str) -> None:
+    if not contract.CHANNEL_NAME.match(channel):
+        _fail(key, channel, "a channel name of letters, digits and '_', starting with a letter")
+
+
+def _inputs(inputs: Mapping[str, str], base_dir: Path) -> dict[str, str]:
+    resolved: dict[str, str] = {}
+    for channel, uri in inputs.items():
+        key = f"job.inputs.{channel}"
+        _check_channel("job.inputs", channel)
+        if uri.startswith("oss://"):
+            if not OSS_URI.match(uri):
+                _fail(key, uri, "oss://BUCKET/path with a valid bucket name")
+            resolved[channel] = uri
+            continue
+        path = (base_dir / uri).resolve()
+        if not path.exists():
+            raise UserError(f"{key}: input path {uri!r} does not exist (looked at {path})")
+        resolved[channel] = str(path)
+    return resolved
+
+
+def _outputs(outputs: Mapping[str, str | None], base_dir: Path) -> dict[str, str | None]:
+    resolved: dict[str, str | None] = {}
+    for channel, uri in outputs.items():
+        _check_channel("job.outputs", channel)
+        if channel == contract.OUTPUT_PARAMETERS_CHANNEL:
+            _fail("job.outputs", channel, "a channel other than the reserved 'output_parameters'")
+        if uri is None or uri.startswith("oss://"):
+            if uri is not None and not OSS_URI.match(uri):
+                _fail(f"job.outputs.{channel}", uri, "oss://BUCKET/path with a valid bucket name")
+            resolved[channel] = uri
+        else:
+            resolved[channel] = str((base_dir / uri).resolve())
+    return resolved
+
+
+def _environments(environments: Mapping[str, str]) -> dict[str, str]:
+    for name in environments:
+        if not ENV_NAME.match(name):
+            _fail("job.environments", name, "an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
+        if name.startswith("PAI_"):
+            _fail("job.environments", name, "a name not starting with PAI_ (the contract's own)")
+    return {name: str(value) for name, value in environments.items()}
+
+
+def _metric_definitions(definitions: Any) -> tuple[MetricDefinition, ...]:
+    result: list[MetricDefinition] = []
+    seen: set[str] = set()
+    for index, item in enumerate(definitions):
+        definition = MetricDefinition(name=item.name, regex=item.regex)
+        problem = definition_error(definition)
+        if problem:
+            raise UserError(f"job.metric_definitions[{index}]: {problem}")
+        if definition.name in seen:
+            raise UserError(
+                f"job.metric_definitions[{index}]: metric name {definition.name!r} is defined twice"
+            )
+        seen.add(definition.name)
+        result.append(definition)
+    return tuple(result)
+
+
+def _labels(labels: Mapping[str, str]) -> dict[str, str]:
+    for key in labels:
+        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.\-/]{0,62}$", key):
+            _fail("job.labels", key, "a label key of letters, digits, '_', '-', '.' or '/'")
+    return {key: str(value) for key, value in labels.items()}

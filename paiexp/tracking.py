@@ -1,0 +1,179 @@
+"""MLflow tracking: one run per job, written with few round trips (create_run + log_batch).
+
+What a run holds: params (flattened hyperparameters and the job's image, instance type,
+backend, command), metrics with steps, tags (job name and id, backend, status, model URI,
+console URL, code version, config hash), and artifacts (the resolved config, the spec, the
+hyperparameters and the job's log).  MLflow is imported only when a tracker is created.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from paiexp.backends.base import JobState
+from paiexp.metrics import MetricPoint
+from paiexp.record import RunRecord
+
+if TYPE_CHECKING:
+    from paiexp.monitor import JobResult
+
+TAG_PREFIX = "paiexp."
+JOB_NAME_TAG = "paiexp.job_name"
+CONFIG_ARTIFACT = "config/resolved.yaml"
+SPEC_ARTIFACT = "job/spec.json"
+RUN_STATUS = {
+    JobState.SUCCEEDED: "FINISHED",
+    JobState.FAILED: "FAILED",
+    JobState.STOPPED: "KILLED",
+}
+MAX_TAG_CHARS = 5000
+PARAM_MAX_CHARS = 6000
+
+
+@dataclass(frozen=True)
+class TrackedRun:
+    run_id: str
+    experiment_id: str
+    status: str
+    tags: dict[str, str]
+
+
+class MlflowTracker:
+    def __init__(self, uri: str | None, experiment: str) -> None:
+        import mlflow
+        from mlflow.tracking import MlflowClient
+
+        self.uri = uri or mlflow.get_tracking_uri()
+        self.client = MlflowClient(tracking_uri=self.uri)
+        self.experiment_id = self._experiment_id(experiment)
+
+    def _experiment_id(self, name: str) -> str:
+        from mlflow.exceptions import MlflowException
+
+        experiment = self.client.get_experiment_by_name(name)
+        if experiment is not None:
+            return str(experiment.experiment_id)
+        try:
+            return str(self.client.create_experiment(name))
+        except MlflowException:  # created concurrently by another launcher
+            experiment = self.client.get_experiment_by_name(name)
+            if experiment is None:
+                raise
+            return str(experiment.experiment_id)
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def start_run(
+        self,
+        record: RunRecord,
+        *,
+        run_name: str | None = None,
+        parent_run_id: str | None = None,
+        extra_tags: Mapping[str, str] | None = None,
+    ) -> str:
+        """Create the run of one job with its params, tags and config artifacts."""
+        from mlflow.entities import Param
+
+        tags = dict(record.tags())
+        if parent_run_id:
+            tags["mlflow.parentRunId"] = parent_run_id
+        tags.update(extra_tags or {})
+        run = self.client.create_run(
+            self.experiment_id, run_name=run_name or record.spec.name, tags=tags
+        )
+        run_id = str(run.info.run_id)
+        params = [Param(key, value[:PARAM_MAX_CHARS]) for key, value in record.params().items()]
+        self.client.log_batch(run_id, params=params)
+        self.client.log_text(run_id, record.config_yaml, CONFIG_ARTIFACT)
+        self.client.log_text(run_id, record.spec_json(), SPEC_ARTIFACT)
+        self.client.log_dict(run_id, record.spec.hyperparameters, "job/hyperparameters.json")
+        return run_id
+
+    def set_tags(self, run_id: str, tags: Mapping[str, str | None]) -> None:
+        from mlflow.entities import RunTag
+
+        items = [RunTag(k, _clip(v)) for k, v in tags.items() if v is not None]
+        if items:
+            self.client.log_batch(run_id, tags=items)
+
+    def log_metrics(self, run_id: str, points: Iterable[MetricPoint]) -> None:
+        from mlflow.entities import Metric
+
+        metrics = [Metric(p.name, p.value, int(p.timestamp * 1000), p.step) for p in points]
+        if metrics:
+            self.client.log_batch(run_id, metrics=metrics)
+
+    def finish(
+        self, run_id: str, result: JobResult, *, unlogged: Sequence[MetricPoint] = ()
+    ) -> None:
+        """Log what a finished job left (metrics, outputs, log) and close the run."""
+        from mlflow.entities import Metric, RunTag
+
+        now = int(time.time() * 1000)
+        metrics = [Metric(p.name, p.value, int(p.timestamp * 1000), p.step) for p in unlogged]
+        for name, value in result.output_parameters.items():
+            step = len(result.series.get(name, ()))
+            metrics.append(Metric(name, value, now, step))
+        tags = {
+            "paiexp.status": result.status.state.value,
+            "paiexp.model_uri": result.outputs.get("model"),
+            "paiexp.console_url": result.console_url,
+            "paiexp.failure_reason": result.status.reason
+            if result.status.state is not JobState.SUCCEEDED
+            else None,
+            "paiexp.log_tail": "\n".join(result.log_tail)
+            if result.status.state is JobState.FAILED
+            else None,
+        }
+        for channel, uri in result.outputs.items():
+            tags[f"paiexp.output.{channel}"] = uri
+        run_tags = [RunTag(k, _clip(v)) for k, v in tags.items() if v is not None]
+        self.client.log_batch(run_id, metrics=metrics, tags=run_tags)
+        if result.log_path is not None and result.log_path.exists():
+            self.client.log_artifact(run_id, str(result.log_path), "logs")
+        self.client.set_terminated(run_id, status=RUN_STATUS[result.status.state])
+
+    def fail(self, run_id: str, reason: str) -> None:
+        """Close a run whose job never got to run (e.g. the submission itself failed)."""
+        self.set_tags(
+            run_id, {"paiexp.status": JobState.FAILED.value, "paiexp.failure_reason": reason}
+        )
+        self.client.set_terminated(run_id, status="FAILED")
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def find_run(self, job_name: str) -> TrackedRun | None:
+        """The run that tracks the job called ``job_name``, in any experiment."""
+        runs = self.client.search_runs(
+            experiment_ids=[e.experiment_id for e in self.client.search_experiments()],
+            filter_string=f"tags.`{JOB_NAME_TAG}` = '{job_name}'",
+            max_results=1,
+        )
+        return _tracked(runs[0]) if runs else None
+
+    def get_run(self, run_id: str) -> TrackedRun:
+        return _tracked(self.client.get_run(run_id))
+
+    def load_text(self, run_id: str, artifact: str) -> str:
+        import mlflow
+
+        return str(mlflow.artifacts.load_text(f"{self.artifact_uri(run_id)}/{artifact}"))
+
+    def artifact_uri(self, run_id: str) -> str:
+        return str(self.client.get_run(run_id).info.artifact_uri)
+
+
+def _tracked(run: Any) -> TrackedRun:
+    return TrackedRun(
+        run_id=run.info.run_id,
+        experiment_id=run.info.experiment_id,
+        status=run.info.status,
+        tags=dict(run.data.tags),
+    )
+
+
+def _clip(value: str) -> str:
+    return value if len(value) <= MAX_TAG_CHARS else "..." + value[-(MAX_TAG_CHARS - 3) :]
