@@ -14,7 +14,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from paiexp.errors import UserError
 
@@ -41,8 +41,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose mistakes are one-line user errors like every other."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UserError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
 def _parser(prog: str, description: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser = _Parser(prog=prog, description=description)
     parser.add_argument("--config-dir", "-cd", help="the project's conf/ directory")
     parser.add_argument("--config-name", "-cn", default="config", help="root config name")
     parser.add_argument("--quiet", "-q", action="store_true", help="do not echo the job's log")
@@ -57,7 +64,7 @@ def run_command(argv: Sequence[str]) -> int:
     parser.add_argument("--package", "-p", help="with --cfg: print only this config node")
     parser.add_argument("--resolve", action="store_true", help="with --cfg: resolve ${...}")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. job.name=x")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
 
     from paiexp.compose import compose, locate_project
 
@@ -75,7 +82,7 @@ def rerun_command(argv: Sequence[str]) -> int:
     parser = _parser("paiexp rerun", "Run a tracked run's job again from its stored config.")
     parser.add_argument("run_id")
     parser.add_argument("overrides", nargs="*", help="KEY=VALUE edits of the stored config")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
 
     from pathlib import Path
 
@@ -97,7 +104,7 @@ def rerun_command(argv: Sequence[str]) -> int:
 def attach_command(argv: Sequence[str]) -> int:
     parser = _parser("paiexp attach", "Follow a job whose launcher died, and close its run.")
     parser.add_argument("job_name")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
 
     from paiexp.compose import compose, locate_project, to_object
     from paiexp.runs import attach, open_tracker, summarize

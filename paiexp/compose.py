@@ -7,6 +7,7 @@ says otherwise); relative paths in its configs are taken from there.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +37,7 @@ def locate_project(config_dir: str | None = None, config_name: str = CONFIG_NAME
     if not (path / f"{config_name}.yaml").is_file():
         raise UserError(
             f"no {config_name}.yaml in {path}: run paiexp from a project directory holding "
-            "conf/, pass --config-dir DIR, or create a starter project with `paiexp init`"
+            "conf/, or pass --config-dir DIR"
         )
     return Project(config_dir=path, config_name=config_name)
 
@@ -46,6 +47,12 @@ def compose(project: Project, overrides: Sequence[str]) -> DictConfig:
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
+    for override in overrides:
+        if override.lstrip("+~").startswith(("hydra.", "hydra/", "hydra=")):
+            raise UserError(
+                f"{override}: paiexp composes configs with Hydra but does not use Hydra's own "
+                "settings (run dirs, logging, launchers); set job, backend, tracker or sweep keys"
+            )
     register_configs()
     try:
         with initialize_config_dir(str(project.config_dir), version_base="1.3"):
@@ -105,9 +112,13 @@ def describe_error(exc: BaseException) -> str:
     if isinstance(exc, OverrideParseException):
         return f"cannot parse override: {_first_line(str(exc)).split(': ', 1)[-1]}"
     cause = _omegaconf_cause(exc)
-    if cause is not None:
-        return _describe_omegaconf(cause)
-    return _first_line(str(exc))
+    if cause is None:
+        return _first_line(str(exc))
+    described = _describe_omegaconf(cause)
+    overridden = re.search(r"override '([^']+)'", str(exc))
+    if overridden and not str(cause.full_key).startswith(overridden.group(1)):
+        return f"{overridden.group(1)}: {described}"  # a key inside a list item, say
+    return described
 
 
 def _omegaconf_cause(exc: BaseException) -> OmegaConfBaseException | None:

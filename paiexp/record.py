@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from paiexp import __version__
+from paiexp.redact import redact_environments, redact_override
 from paiexp.source import git_revision, source_digest
 from paiexp.spec import JobSpec
-
-SECRET_NAME = re.compile(r"(?i)(secret|token|passw(or)?d|access_?key|api_?key|credential)")
 
 
 @dataclass(frozen=True)
@@ -34,9 +32,7 @@ class RunRecord:
 
     def spec_json(self) -> str:
         """The spec as stored with the run: secrets redacted like the config's."""
-        data = self.spec.to_dict()
-        data["environments"] = redact_environments(data["environments"])
-        return json.dumps(data, indent=2)
+        return json.dumps(self.spec.to_dict(redact=True), indent=2)
 
     @property
     def config_hash(self) -> str:
@@ -61,7 +57,7 @@ class RunRecord:
             "paiexp.status": "PENDING",
             "paiexp.config_hash": self.config_hash,
             "paiexp.project_dir": self.project_dir,
-            "paiexp.overrides": " ".join(self.overrides),
+            "paiexp.overrides": " ".join(map(redact_override, self.overrides)),
             "paiexp.version": __version__,
         }
         if self.spec.image:
@@ -91,14 +87,6 @@ def make_record(
         git_commit=revision.commit if revision else None,
         git_dirty=revision.dirty if revision else None,
     )
-
-
-def redact_environments(environments: dict[str, str]) -> dict[str, str]:
-    """Values with secret-looking names become ``${oc.env:NAME}`` references."""
-    return {
-        name: f"${{oc.env:{name}}}" if SECRET_NAME.search(name) else value
-        for name, value in environments.items()
-    }
 
 
 def redact_config(config: dict[str, Any]) -> dict[str, Any]:

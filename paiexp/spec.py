@@ -15,6 +15,7 @@ from typing import Any
 from paiexp import contract
 from paiexp.errors import UserError
 from paiexp.metrics import MetricDefinition, definition_error
+from paiexp.redact import redact_environments
 
 JOB_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,39}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -46,8 +47,12 @@ class JobSpec:
         extra = [name for name in self.outputs if name not in contract.OUTPUT_CHANNELS]
         return [*contract.OUTPUT_CHANNELS, *extra]
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self, *, redact: bool = False) -> dict[str, Any]:
+        """Plain data; ``redact`` replaces secret-looking environment values by references."""
+        data = asdict(self)
+        if redact:
+            data["environments"] = redact_environments(data["environments"])
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> JobSpec:

@@ -8,6 +8,7 @@ hyperparameters and the job's log).  MLflow is imported only when a tracker is c
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ class TrackedRun:
 
 class MlflowTracker:
     def __init__(self, uri: str | None, experiment: str) -> None:
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
         import mlflow
         from mlflow.tracking import MlflowClient
 

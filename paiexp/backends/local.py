@@ -13,7 +13,6 @@ session, so it survives the launcher; the runner records the job's state in ``st
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -28,7 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from paiexp import contract
+from paiexp.backends import local_runner
 from paiexp.backends.base import JobHandle, JobState, JobStatus, LogChunk
+from paiexp.backends.local_runner import kill_group, read_json, write_json_atomic
 from paiexp.errors import UserError
 from paiexp.metrics import read_output_parameters
 from paiexp.source import copy_source
@@ -128,7 +129,8 @@ class LocalBackend:
                 (channel_dir / Path(source).name).symlink_to(source)
         for channel in [*spec.output_channels, contract.OUTPUT_PARAMETERS_CHANNEL]:
             Path(layout.output_dir(channel)).mkdir(parents=True)
-        (job_dir / "spec.json").write_text(json.dumps(spec.to_dict(), indent=2))
+        # Secrets reach the command through its environment only, never a file.
+        (job_dir / "spec.json").write_text(json.dumps(spec.to_dict(redact=True), indent=2))
 
     def _environment(self, spec: JobSpec, job_dir: Path) -> dict[str, str]:
         """The environment of the job's command: the launcher's, the job's, the contract's."""
@@ -154,13 +156,14 @@ class LocalBackend:
     def _start_runner(self, job_dir: Path, env: dict[str, str]) -> None:
         command = [
             sys.executable,
-            "-m",
-            "paiexp.backends.local_runner",
+            local_runner.__file__,
             str(job_dir),
             "--grace",
             str(self.stop_grace_period),
             "--install",
             self.install_requirements,
+            "--cache-dir",
+            str(self.root / ".cache"),
         ]
         runner = subprocess.Popen(
             command,
@@ -255,20 +258,6 @@ class LocalBackend:
         return None
 
 
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Replace ``path`` with ``data`` so that a reader sees the old or the new file, never half."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(data))
-    os.replace(temporary, path)
-
-
-def read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-
-
 def process_start_time(pid: int) -> str | None:
     """The kernel's start time of ``pid`` (tells a live process from a reused pid)."""
     try:
@@ -284,11 +273,6 @@ def process_alive(pid: int, start_time: str | None) -> bool:
         return False
     stat = Path(f"/proc/{pid}/stat").read_text()
     return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
-
-
-def kill_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
 
 
 def _mtime(path: Path) -> float:

@@ -1,0 +1,73 @@
+"""A launcher killed with SIGKILL leaves its job running; `paiexp attach` finishes the run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import all_runs, clean_env, mlflow_client, run_paiexp
+
+from paiexp.backends.local import process_alive, read_json
+
+COMMAND = (
+    'job.command=\'for i in 0 1 2 3 4 5; do echo "[$i] validation-logloss:0.$i"; sleep 0.5; '
+    "done; echo test-auc=0.9; echo weights > $PAI_OUTPUT_MODEL/model.bin'"
+)
+
+
+def wait_for_running_job(project: Path, timeout: float = 120) -> Path:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for job_dir in (project / ".paiexp" / "jobs").glob("xgb-*"):
+            log = job_dir / "job.log"
+            if log.exists() and "[1] validation" in log.read_text():
+                return job_dir
+        time.sleep(0.05)
+    raise AssertionError("no job started")
+
+
+def test_job_outlives_a_killed_launcher_and_attach_tracks_its_end(project: Path) -> None:
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "paiexp", "-q", COMMAND],
+        cwd=project,
+        env=clean_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    job_dir = wait_for_running_job(project)
+    os.kill(launcher.pid, signal.SIGKILL)
+    launcher.wait()
+
+    launch = read_json(job_dir / "launch.json")
+    assert process_alive(launch["runner_pid"], launch["runner_start"])
+    assert read_json(job_dir / "state.json")["state"] == "RUNNING"
+    (run,) = all_runs(project)
+    assert run.info.status == "RUNNING"
+
+    result = run_paiexp(project, "attach", job_dir.name)
+    assert result.returncode == 0, result.stderr
+    assert "SUCCEEDED" in result.stderr
+    assert result.stdout.splitlines()[1] == "[0] validation-logloss:0.0"  # whole log, from 0
+
+    client = mlflow_client(project)
+    run = client.get_run(run.info.run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics["test-auc"] == 0.9
+    history = client.get_metric_history(run.info.run_id, "validation-logloss")
+    assert sorted((m.step, m.value) for m in history) == [(i, i / 10) for i in range(6)]
+    assert run.data.tags["paiexp.model_uri"].endswith("/ml/output/model")
+
+    again = run_paiexp(project, "attach", job_dir.name)
+    assert again.returncode == 0 and "already FINISHED" in again.stderr
+    assert len(client.get_metric_history(run.info.run_id, "validation-logloss")) == 6
+
+
+def test_attach_to_an_unknown_job_is_a_user_error(project: Path) -> None:
+    run_paiexp(project, "-q", "job.command=true")
+    result = run_paiexp(project, "attach", "no-such-job")
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("paiexp: error: no MLflow run")

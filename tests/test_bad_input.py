@@ -1,0 +1,224 @@
+"""The CLI's bad-input contract: a user mistake is one line on stderr and exit code 2.
+
+Every case runs ``python -m paiexp`` in a copy of the project and checks that nothing was
+started: no MLflow store, no job directory.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+ERROR_PREFIX = "paiexp: error: "
+HEAVY_MODULES = ("mlflow", "optuna", "docker", "alibabacloud_paistudio20220112", "oss2")
+MARKER = "PAIEXP-IMPORT-CHECK-DONE"
+TIMEOUT = 120
+
+
+def make_project(directory: Path) -> Path:
+    """A copy of the repository's conf/ and examples/, plus a job config missing its command."""
+    for name in ("conf", "examples"):
+        shutil.copytree(REPO / name, directory / name)
+    (directory / "conf" / "job" / "incomplete.yaml").write_text("name: x\n")
+    return directory
+
+
+def clean_env() -> dict[str, str]:
+    return {key: value for key, value in os.environ.items() if not key.startswith("MLFLOW_")}
+
+
+def run_paiexp(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "paiexp", *args],
+        cwd=cwd,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+
+
+def assert_nothing_started(directory: Path) -> None:
+    for name in ("mlflow.db", ".paiexp", "mlruns"):
+        assert not (directory / name).exists(), f"{name} was created in {directory}"
+
+
+@dataclass(frozen=True)
+class Case:
+    args: tuple[str, ...]
+    mentions: tuple[str, ...]
+    in_project: bool = True
+
+
+def case(*args: str, mentions: tuple[str, ...], in_project: bool = True) -> Case:
+    return Case(args=args, mentions=mentions, in_project=in_project)
+
+
+CASES = {
+    "unknown-key": case("job.foo=1", mentions=("job.foo", "command", "valid keys")),
+    "wrong-type": case("job.instance_count=abc", mentions=("job.instance_count", "abc")),
+    "bad-backend": case("backend=nope", mentions=("backend", "nope", "local")),
+    "unknown-job-config": case("job=nope", mentions=("job", "nope", "xgb")),
+    "missing-required-field": case("job=incomplete", mentions=("job.command", "missing")),
+    "regex-without-group": case(
+        'job.metric_definitions=[{name: m, regex: "loss=\\d+"}]',
+        mentions=("metric_definitions", "exactly one"),
+    ),
+    "regex-with-two-groups": case(
+        'job.metric_definitions=[{name: m, regex: "(a)=(b)"}]',
+        mentions=("metric_definitions", "exactly one", "2 capture groups"),
+    ),
+    "uncompilable-regex": case(
+        'job.metric_definitions=[{name: m, regex: "("}]',
+        mentions=("metric_definitions", "compile"),
+    ),
+    "bad-metric-name": case(
+        'job.metric_definitions=[{name: "a:b", regex: "x=(\\d+)"}]',
+        mentions=("metric_definitions", "a:b"),
+    ),
+    "duplicate-metric-name": case(
+        'job.metric_definitions=[{name: m, regex: "x=(\\d+)"}, {name: m, regex: "y=(\\d+)"}]',
+        mentions=("metric_definitions[1]", "'m'", "twice"),
+    ),
+    "missing-input-path": case(
+        "job.inputs.train=nowhere.csv", mentions=("job.inputs.train", "nowhere.csv")
+    ),
+    "invalid-channel-name": case(
+        "+job.inputs.bad-name=examples/xgb/data/train.csv",
+        mentions=("job.inputs", "bad-name", "channel name"),
+    ),
+    "local-backend-oss-input": case(
+        "+job.inputs.extra=oss://bucket/data.csv",
+        mentions=("job.inputs.extra", "oss://bucket/data.csv", "backend=local"),
+    ),
+    "bad-oss-uri": case(
+        "job.inputs.train=oss://B", mentions=("job.inputs.train", "oss://B", "bucket")
+    ),
+    "reserved-output-channel": case(
+        "+job.outputs.output_parameters=null", mentions=("job.outputs", "output_parameters")
+    ),
+    "invalid-job-name": case("job.name=1bad", mentions=("job.name", "1bad", "letter")),
+    "job-name-too-long": case(f"job.name=a{'b' * 40}", mentions=("job.name", "1-40")),
+    "empty-command": case("job.command= ", mentions=("job.command", "empty")),
+    "source-dir-not-a-directory": case(
+        "job.source_dir=missing_dir", mentions=("job.source_dir", "missing_dir", "directory")
+    ),
+    "pai-environment-name": case(
+        "+job.environments.PAI_X=1", mentions=("job.environments", "PAI_X", "PAI_")
+    ),
+    "list-hyperparameter": case(
+        "+job.hyperparameters.bad=[1,2]",
+        mentions=("job.hyperparameters.bad", "string, number or boolean"),
+    ),
+    "null-hyperparameter": case(
+        "job.hyperparameters.max_depth=null", mentions=("job.hyperparameters.max_depth",)
+    ),
+    "unparsable-override": case("job.name==", mentions=("override", "job.name==")),
+    "install-requirements": case(
+        "backend.install_requirements=sometimes",
+        mentions=("backend.install_requirements", "sometimes", "auto", "always", "never"),
+    ),
+    "poll-interval-zero": case("backend.poll_interval=0", mentions=("backend.poll_interval",)),
+    "instance-count-zero": case("job.instance_count=0", mentions=("job.instance_count", ">= 1")),
+    "max-run-time-zero": case("job.max_run_time=0", mentions=("job.max_run_time",)),
+    "unresolvable-interpolation": case(
+        "job.command=${oc.env:PAIEXP_TEST_NO_SUCH_VARIABLE}",
+        mentions=("job.command", "PAIEXP_TEST_NO_SUCH_VARIABLE"),
+    ),
+    "unknown-package": case("--cfg", "job", "--package", "nope", mentions=("--package", "nope")),
+    "no-conf-directory": case(mentions=("conf", "--config-dir"), in_project=False),
+    "no-conf-directory-cfg": case(
+        "--cfg", "job", mentions=("conf", "--config-dir"), in_project=False
+    ),
+    "missing-config-dir": case("--config-dir", "nowhere", mentions=("nowhere", "config.yaml")),
+    "unknown-option": case("--bogus", mentions=("--bogus",)),
+    "rerun-without-run-id": case("rerun", mentions=("run_id",)),
+    "unknown-metric-definition-key": case(
+        'job.metric_definitions=[{name: m, regex: "x=(\\d+)", foo: 1}]',
+        mentions=("job.metric_definitions", "foo", "regex"),
+    ),
+    "hydra-setting": case("hydra.run.dir=x", mentions=("hydra.run.dir",)),
+}
+
+
+def _params() -> list:
+    """Each case as a pytest param whose id is its key (xfail marks kept)."""
+    params = []
+    for case_id, value in CASES.items():
+        if isinstance(value, Case):
+            value = pytest.param(value)
+        params.append(pytest.param(*value.values, marks=value.marks, id=case_id))
+    return params
+
+
+@pytest.mark.parametrize("bad", _params())
+def test_bad_input_is_one_line_exit_2_and_starts_nothing(tmp_path: Path, bad: Case) -> None:
+    cwd = make_project(tmp_path) if bad.in_project else tmp_path
+    done = run_paiexp(cwd, *bad.args)
+
+    assert "Traceback" not in done.stderr
+    assert "Traceback" not in done.stdout
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, f"expected one stderr line, got:\n{done.stderr}"
+    line = lines[0]
+    assert line.startswith(ERROR_PREFIX), line
+    assert line[len(ERROR_PREFIX) :].strip(), line
+    for text in bad.mentions:
+        assert text in line, f"{text!r} not in {line!r}"
+    assert done.returncode == 2, done.stderr
+    assert_nothing_started(tmp_path)
+
+
+def test_cfg_job_prints_composed_job(tmp_path: Path) -> None:
+    cwd = make_project(tmp_path)
+    done = run_paiexp(cwd, "--cfg", "job")
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "xgb-breast-cancer" in done.stdout
+    data = yaml.safe_load(done.stdout)
+    assert data["job"]["name"] == "xgb-breast-cancer"
+    assert_nothing_started(tmp_path)
+
+
+def test_cfg_and_bad_input_do_not_import_heavy_modules(tmp_path: Path) -> None:
+    cwd = make_project(tmp_path)
+    script = textwrap.dedent(
+        f"""
+        import os, sys
+        os.chdir({str(cwd)!r})
+        from paiexp.cli import main
+
+        assert main(["--cfg", "job"]) == 0
+        assert main(["job.foo=1"]) == 2
+        heavy = {HEAVY_MODULES!r}
+        loaded = sorted(
+            name for name in sys.modules
+            if any(name == h or name.startswith(h + ".") for h in heavy)
+        )
+        assert not loaded, f"heavy modules imported: {{loaded}}"
+        print({MARKER!r})
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=cwd,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "xgb-breast-cancer" in done.stdout
+    assert done.stdout.rstrip().endswith(MARKER)
+    assert done.stderr.startswith(ERROR_PREFIX + "job.foo")
+    assert_nothing_started(tmp_path)

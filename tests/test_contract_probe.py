@@ -1,0 +1,84 @@
+"""A probe written only against the PAI contract sees exactly the expected values."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import yaml
+from conftest import REPO, run_paiexp
+
+HYPERPARAMETERS = {
+    "epochs": 10,
+    "batch-size": 32,
+    "train": {"learning_rate": 0.001},
+    "note": 'it\'s a "quoted" value with spaces',
+    "flag": True,
+}
+AS_STRINGS = {
+    "epochs": "10",
+    "batch-size": "32",
+    "train.learning_rate": "0.001",
+    "note": 'it\'s a "quoted" value with spaces',
+    "flag": "true",
+}
+
+
+def write_probe_project(project: Path) -> None:
+    shutil.copytree(REPO / "tests" / "probe", project / "probe")
+    (project / "data" / "dir").mkdir(parents=True)
+    (project / "data" / "single.csv").write_text("a,b\n1,2\n")
+    (project / "data" / "dir" / "part-0.csv").write_text("x\n")
+    (project / "data" / "dir" / "part-1.csv").write_text("y\n")
+    job = {
+        "name": "probe",
+        "command": "python probe.py $PAI_USER_ARGS",
+        "source_dir": "probe",
+        "hyperparameters": HYPERPARAMETERS,
+        "inputs": {"train": "data/single.csv", "shards": "data/dir"},
+        "outputs": {"extra": None},
+        "environments": {"PROBE_CUSTOM": "custom value"},
+        "metric_definitions": [{"name": "probe-ok", "regex": r"probe-ok=(\d+)"}],
+    }
+    (project / "conf" / "job" / "probe.yaml").write_text(yaml.safe_dump(job))
+
+
+def test_probe_sees_the_pai_contract(project: Path) -> None:
+    write_probe_project(project)
+    result = run_paiexp(project, "job=probe", "-q")
+    assert result.returncode == 0, result.stderr
+    (job_dir,) = (project / ".paiexp" / "jobs").iterdir()
+    ml = job_dir / "ml"
+    seen = json.loads((ml / "output" / "model" / "seen.json").read_text())
+
+    assert seen["file"] == AS_STRINGS
+    assert seen["pai_hps"] == AS_STRINGS
+    assert seen["hps_env"] == {
+        "PAI_HPS_EPOCHS": "10",
+        "PAI_HPS_BATCH_SIZE": "32",
+        "PAI_HPS_TRAIN_LEARNING_RATE": "0.001",
+        "PAI_HPS_NOTE": AS_STRINGS["note"],
+        "PAI_HPS_FLAG": "true",
+    }
+    assert seen["user_args"] == {
+        "epochs": "10",
+        "batch_size": "32",
+        "train.learning_rate": "0.001",
+        "note": AS_STRINGS["note"],
+        "flag": "true",
+    }
+    assert seen["inputs"] == {
+        "PAI_INPUT_TRAIN": {"kind": "file", "content": "a,b\n1,2\n"},
+        "PAI_INPUT_SHARDS": {"kind": "dir", "files": ["part-0.csv", "part-1.csv"]},
+    }
+    assert seen["outputs"] == {
+        "PAI_OUTPUT_MODEL": str(ml / "output" / "model"),
+        "PAI_OUTPUT_CHECKPOINTS": str(ml / "output" / "checkpoints"),
+        "PAI_OUTPUT_TENSORBOARD": str(ml / "output" / "tensorboard"),
+        "PAI_OUTPUT_EXTRA": str(ml / "output" / "extra"),
+    }
+    assert seen["cwd"] == seen["working_dir"] == str(ml / "usercode")
+    assert seen["config_dir"] == str(ml / "input" / "config")
+    assert seen["usercode"] == ["probe.py"]
+    assert seen["custom_env"] == "custom value"
