@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from omegaconf import DictConfig
 
     from paiexp.runs import PreparedJob
+    from paiexp.sweep.launcher import PreparedSweep
     from paiexp.tracking import MlflowTracker, TrackedRun
 
 EXIT_USER_ERROR = 2
@@ -66,15 +67,22 @@ def run_command(argv: Sequence[str]) -> int:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. job.name=x")
     args = parser.parse_intermixed_args(argv)
 
-    from paiexp.compose import compose, locate_project
+    from paiexp.compose import compose, locate_project, to_object
 
     project = locate_project(args.config_dir, args.config_name)
+    cfg = compose(project, args.overrides)
     if args.cfg:
-        return print_config(compose(project, args.overrides), args.package, args.resolve)
+        return print_config(cfg, args.package, args.resolve)
+    config = to_object(cfg)
+    if config.sweep is not None:
+        from paiexp.sweep.launcher import prepare_sweep
 
-    from paiexp.runs import prepare
+        sweep = prepare_sweep(cfg, config, project.base_dir, tuple(args.overrides))
+        return _sweep(sweep)
 
-    job = prepare(project, args.overrides)
+    from paiexp.runs import prepare_config
+
+    job = prepare_config(cfg, project.base_dir, tuple(args.overrides))
     return _run(job, quiet=args.quiet)
 
 
@@ -137,6 +145,28 @@ def _run(job: PreparedJob, *, quiet: bool, extra_tags: dict[str, str] | None = N
     run_id, result = execute(job, tracker, echo=None if quiet else print, extra_tags=extra_tags)
     summarize(run_id, result, tracker.uri)
     return 0 if result.status.state.value == "SUCCEEDED" else EXIT_JOB_FAILED
+
+
+def _sweep(prepared: PreparedSweep) -> int:
+    from paiexp.runs import open_tracker
+    from paiexp.sweep.launcher import Launcher
+    from paiexp.sweep.progress import Progress, print_summary
+
+    tracker = open_tracker(prepared.config)
+    _quiet_libraries()
+    progress = Progress(prepared.sweep.n_trials, prepared.objectives)
+    outcome = Launcher(prepared, tracker, progress).run()
+    print_summary(
+        progress.console,
+        outcome,
+        prepared.objectives,
+        tracker.uri,
+        prepared.storage,
+        prepared.study_name,
+    )
+    if outcome.interrupted:
+        return 130
+    return EXIT_JOB_FAILED if outcome.stop_reason else 0
 
 
 def _get_run(tracker: MlflowTracker, run_id: str) -> TrackedRun:

@@ -18,6 +18,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from paiexp.config import BACKEND_SCHEMAS, Config, register_configs
 from paiexp.errors import UserError
+from paiexp.sweep.registry import check_selection, register_sweeps
 
 CONFIG_NAME = "config"
 
@@ -30,6 +31,10 @@ class Project:
     @property
     def base_dir(self) -> Path:
         return self.config_dir.parent
+
+    @property
+    def sweeps_dir(self) -> Path:
+        return self.base_dir / "sweeps"
 
 
 def locate_project(config_dir: str | None = None, config_name: str = CONFIG_NAME) -> Project:
@@ -53,7 +58,9 @@ def compose(project: Project, overrides: Sequence[str]) -> DictConfig:
                 f"{override}: paiexp composes configs with Hydra but does not use Hydra's own "
                 "settings (run dirs, logging, launchers); set job, backend, tracker or sweep keys"
             )
+    check_selection(overrides, project.sweeps_dir)
     register_configs()
+    register_sweeps(project.sweeps_dir)
     try:
         with initialize_config_dir(str(project.config_dir), version_base="1.3"):
             cfg = hydra_compose(project.config_name, overrides=list(overrides))

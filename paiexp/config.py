@@ -42,7 +42,7 @@ class LocalBackendConfig:
 
     name: str = "local"
     root: str = ".paiexp/jobs"
-    poll_interval: float = 0.05
+    poll_interval: float = 0.2
     stop_grace_period: float = 10.0
     # auto: pip-install only requirements the current environment does not satisfy.
     install_requirements: str = "auto"
@@ -57,10 +57,56 @@ class TrackerConfig:
 
 
 @dataclass
+class SamplerConfig:
+    """An Optuna sampler: ``name`` (tpe, random, cmaes, gp, qmc, nsgaii, ...) and its options."""
+
+    name: str = "tpe"
+    seed: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PrunerConfig:
+    """An Optuna pruner fed with one metric's step series from the job's log.
+
+    ``direction`` is that metric's own (``validation-logloss`` is minimized even when the
+    objective is maximized); paiexp flips its sign when it differs from the study's.
+    """
+
+    name: str = "none"
+    metric: str | None = None
+    direction: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SweepConfig:
+    """An Optuna study over the job: see ``sweeps/*.yaml`` and the README."""
+
+    name: str = MISSING
+    # {metric, direction} or a list of them (multi-objective)
+    objective: Any = MISSING
+    params: dict[str, Any] = field(default_factory=dict)
+    n_trials: int = 20
+    parallelism: int = 1
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    pruner: PrunerConfig = field(default_factory=PrunerConfig)
+    # An RDB URL (sqlite:///..., postgresql://...) or a journal file path (default).
+    storage: str = "optuna.journal"
+    study_name: str | None = None
+    timeout: float | None = None
+    max_failures: int | None = None
+    retries: int = 1
+    enqueue: list[dict[str, Any]] = field(default_factory=list)
+    on_interrupt: str = "stop"
+
+
+@dataclass
 class Config:
     job: JobConfig = MISSING
     backend: Any = MISSING
     tracker: TrackerConfig = MISSING
+    sweep: SweepConfig | None = None
 
 
 BACKEND_SCHEMAS: dict[str, type] = {"local": LocalBackendConfig}

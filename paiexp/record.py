@@ -20,15 +20,33 @@ from paiexp.spec import JobSpec
 
 
 @dataclass(frozen=True)
+class SourceInfo:
+    """The code version of a source dir: its content digest and git revision."""
+
+    digest: str
+    git_commit: str | None = None
+    git_dirty: bool | None = None
+
+
+def source_info(source_dir: str | None) -> SourceInfo | None:
+    if source_dir is None:
+        return None
+    revision = git_revision(Path(source_dir))
+    return SourceInfo(
+        digest=source_digest(Path(source_dir)),
+        git_commit=revision.commit if revision else None,
+        git_dirty=revision.dirty if revision else None,
+    )
+
+
+@dataclass(frozen=True)
 class RunRecord:
     spec: JobSpec
     config_yaml: str
     backend: str
     project_dir: str
     overrides: tuple[str, ...] = ()
-    source_digest: str | None = None
-    git_commit: str | None = None
-    git_dirty: bool | None = None
+    source: SourceInfo | None = None
 
     def spec_json(self) -> str:
         """The spec as stored with the run: secrets redacted like the config's."""
@@ -62,30 +80,35 @@ class RunRecord:
         }
         if self.spec.image:
             tags["paiexp.image"] = self.spec.image
-        if self.source_digest:
-            tags["paiexp.source_digest"] = self.source_digest
-        if self.git_commit:
-            tags["mlflow.source.git.commit"] = self.git_commit
-            tags["paiexp.git_dirty"] = str(self.git_dirty).lower()
+        if self.source:
+            tags["paiexp.source_digest"] = self.source.digest
+            if self.source.git_commit:
+                tags["mlflow.source.git.commit"] = self.source.git_commit
+                tags["paiexp.git_dirty"] = str(self.source.git_dirty).lower()
         return tags
 
 
 def make_record(
-    config: dict[str, Any], spec: JobSpec, *, project_dir: Path, overrides: tuple[str, ...] = ()
+    config: dict[str, Any],
+    spec: JobSpec,
+    *,
+    project_dir: Path,
+    overrides: tuple[str, ...] = (),
+    source: SourceInfo | None = None,
 ) -> RunRecord:
-    """The record of a job about to be submitted; ``config`` is the resolved config as a dict."""
+    """The record of a job about to be submitted; ``config`` is the resolved config as a dict.
+
+    ``source`` may be given when already known (a sweep computes it once for all trials).
+    """
     import yaml
 
-    revision = git_revision(Path(spec.source_dir)) if spec.source_dir else None
     return RunRecord(
         spec=spec,
         config_yaml=yaml.safe_dump(redact_config(config), sort_keys=False),
         backend=str(config["backend"]["name"]),
         project_dir=str(project_dir),
         overrides=overrides,
-        source_digest=source_digest(Path(spec.source_dir)) if spec.source_dir else None,
-        git_commit=revision.commit if revision else None,
-        git_dirty=revision.dirty if revision else None,
+        source=source if source is not None else source_info(spec.source_dir),
     )
 
 

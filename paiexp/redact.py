@@ -19,3 +19,14 @@ def redact_override(override: str) -> str:
     """``+job.environments.MY_TOKEN=abc`` -> ``+job.environments.MY_TOKEN=<redacted>``."""
     key, sep, _ = override.partition("=")
     return f"{key}=<redacted>" if sep and SECRET_NAME.search(key) else override
+
+
+def redact_url(url: str) -> str:
+    """``postgresql://user:pw@host/db`` -> ``postgresql://user:<redacted>@host/db``."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:<redacted>@{host}"))

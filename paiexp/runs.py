@@ -49,15 +49,16 @@ def unique_job_name(base: str) -> str:
 
 def prepare(project: Project, overrides: Sequence[str]) -> PreparedJob:
     """Compose the project's config and validate everything about the job."""
-    return _prepare(compose(project, overrides), project.base_dir, tuple(overrides))
+    return prepare_config(compose(project, overrides), project.base_dir, tuple(overrides))
 
 
 def prepare_from_record(config_yaml: str, base_dir: Path, overrides: Sequence[str]) -> PreparedJob:
     """The same job again, from a run's stored config (``key=value`` overrides applied)."""
-    return _prepare(from_yaml(config_yaml, overrides), base_dir, tuple(overrides))
+    return prepare_config(from_yaml(config_yaml, overrides), base_dir, tuple(overrides))
 
 
-def _prepare(cfg: Any, base_dir: Path, overrides: tuple[str, ...]) -> PreparedJob:
+def prepare_config(cfg: Any, base_dir: Path, overrides: tuple[str, ...]) -> PreparedJob:
+    """Validate a composed config's job."""
     config = to_object(cfg)
     data = to_container(cfg)
     spec = build_spec(config.job, name=unique_job_name(config.job.name), base_dir=base_dir)
@@ -121,7 +122,7 @@ def follow(
             if time.monotonic() - last_flush > METRIC_FLUSH_SECONDS:
                 tracker.log_metrics(run_id, monitor.take_unlogged())
                 last_flush = time.monotonic()
-            time.sleep(backend.poll_interval)
+            backend.wait([handle], backend.poll_interval)
         except KeyboardInterrupt:
             if stopping:
                 _say(f"detached; the job goes on. Follow it with: paiexp attach {spec.name}")

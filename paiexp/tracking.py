@@ -77,8 +77,21 @@ class MlflowTracker:
         extra_tags: Mapping[str, str] | None = None,
     ) -> str:
         """Create the run of one job with its params, tags and config artifacts."""
-        from mlflow.entities import Param
+        run_id = self.create_run(
+            record, run_name=run_name, parent_run_id=parent_run_id, extra_tags=extra_tags
+        )
+        self.log_record(run_id, record)
+        return run_id
 
+    def create_run(
+        self,
+        record: RunRecord,
+        *,
+        run_name: str | None = None,
+        parent_run_id: str | None = None,
+        extra_tags: Mapping[str, str] | None = None,
+    ) -> str:
+        """Create the run with its tags only (one round trip); see :meth:`log_record`."""
         tags = dict(record.tags())
         if parent_run_id:
             tags["mlflow.parentRunId"] = parent_run_id
@@ -86,13 +99,17 @@ class MlflowTracker:
         run = self.client.create_run(
             self.experiment_id, run_name=run_name or record.spec.name, tags=tags
         )
-        run_id = str(run.info.run_id)
+        return str(run.info.run_id)
+
+    def log_record(self, run_id: str, record: RunRecord) -> None:
+        """Params and config artifacts of a run; safe to repeat (same values)."""
+        from mlflow.entities import Param
+
         params = [Param(key, value[:PARAM_MAX_CHARS]) for key, value in record.params().items()]
         self.client.log_batch(run_id, params=params)
         self.client.log_text(run_id, record.config_yaml, CONFIG_ARTIFACT)
         self.client.log_text(run_id, record.spec_json(), SPEC_ARTIFACT)
         self.client.log_dict(run_id, record.spec.hyperparameters, "job/hyperparameters.json")
-        return run_id
 
     def set_tags(self, run_id: str, tags: Mapping[str, str | None]) -> None:
         from mlflow.entities import RunTag
@@ -109,26 +126,37 @@ class MlflowTracker:
             self.client.log_batch(run_id, metrics=metrics)
 
     def finish(
-        self, run_id: str, result: JobResult, *, unlogged: Sequence[MetricPoint] = ()
+        self,
+        run_id: str,
+        result: JobResult,
+        *,
+        unlogged: Sequence[MetricPoint] = (),
+        status: str | None = None,
+        reason: str | None = None,
+        extra_tags: Mapping[str, str] | None = None,
     ) -> None:
-        """Log what a finished job left (metrics, outputs, log) and close the run."""
+        """Log what a finished job left (metrics, outputs, log) and close the run.
+
+        ``status`` and ``reason`` override what the job's own state implies (a sweep fails a
+        trial whose job succeeded but never printed the objective).
+        """
         from mlflow.entities import Metric, RunTag
 
+        status = status or RUN_STATUS[result.status.state]
+        if reason is None and result.status.state is not JobState.SUCCEEDED:
+            reason = result.status.reason
         now = int(time.time() * 1000)
         metrics = [Metric(p.name, p.value, int(p.timestamp * 1000), p.step) for p in unlogged]
         for name, value in result.output_parameters.items():
             step = len(result.series.get(name, ()))
             metrics.append(Metric(name, value, now, step))
-        tags = {
+        tags: dict[str, str | None] = {
             "paiexp.status": result.status.state.value,
             "paiexp.model_uri": result.outputs.get("model"),
             "paiexp.console_url": result.console_url,
-            "paiexp.failure_reason": result.status.reason
-            if result.status.state is not JobState.SUCCEEDED
-            else None,
-            "paiexp.log_tail": "\n".join(result.log_tail)
-            if result.status.state is JobState.FAILED
-            else None,
+            "paiexp.failure_reason": reason,
+            "paiexp.log_tail": "\n".join(result.log_tail) if status == "FAILED" else None,
+            **(extra_tags or {}),
         }
         for channel, uri in result.outputs.items():
             tags[f"paiexp.output.{channel}"] = uri
@@ -136,7 +164,7 @@ class MlflowTracker:
         self.client.log_batch(run_id, metrics=metrics, tags=run_tags)
         if result.log_path is not None and result.log_path.exists():
             self.client.log_artifact(run_id, str(result.log_path), "logs")
-        self.client.set_terminated(run_id, status=RUN_STATUS[result.status.state])
+        self.client.set_terminated(run_id, status=status)
 
     def fail(self, run_id: str, reason: str) -> None:
         """Close a run whose job never got to run (e.g. the submission itself failed)."""

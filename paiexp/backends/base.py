@@ -29,6 +29,8 @@ class JobStatus:
     exit_code: int | None = None
     started_at: float | None = None
     ended_at: float | None = None
+    # Failed for a platform reason (lost, never started), not the script's: worth a retry.
+    infrastructure: bool = False
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,9 @@ class Backend(Protocol):
     def validate(self, spec: JobSpec) -> None:
         """Raise UserError for anything this backend cannot run. Submits nothing."""
 
+    def set_concurrency(self, jobs: int) -> None:
+        """How many jobs the caller keeps running at once (a shared machine divides its CPUs)."""
+
     def submit(self, spec: JobSpec) -> JobHandle:
         """Start the job; idempotent by ``spec.name`` (an existing job is returned, not re-run)."""
 
@@ -60,6 +65,9 @@ class Backend(Protocol):
 
     def poll(self, handles: Sequence[JobHandle]) -> dict[str, JobStatus]:
         """Status of many jobs in one call, keyed by job id."""
+
+    def wait(self, handles: Sequence[JobHandle], timeout: float) -> None:
+        """Block until one of the jobs may have changed state, or ``timeout`` seconds."""
 
     def read_logs(self, handle: JobHandle, cursor: int, *, final: bool = False) -> LogChunk:
         """Complete log lines after ``cursor``; ``final`` also returns an unterminated tail."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -38,6 +39,7 @@ from paiexp.spec import JobSpec
 log = logging.getLogger(__name__)
 
 INSTALL_MODES = ("auto", "always", "never")
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 STARTUP_TIMEOUT = 60.0  # a job directory with no runner after this long never started
 
 
@@ -56,6 +58,9 @@ class LocalBackend:
         self.poll_interval = float(config.poll_interval)
         self.stop_grace_period = float(config.stop_grace_period)
         self.install_requirements = str(config.install_requirements)
+        self.threads_per_job = len(os.sched_getaffinity(0))
+        self._children: dict[str, subprocess.Popen[bytes]] = {}  # runners we started
+        self._pidfds: dict[str, int] = {}  # runners we wait on
 
     def job_dir(self, name: str) -> Path:
         return self.root / name
@@ -78,26 +83,51 @@ class LocalBackend:
                 spec.instance_count,
             )
 
+    def set_concurrency(self, jobs: int) -> None:
+        """Concurrent jobs share this machine: each gets an equal share of its CPUs as threads.
+
+        Without this, N OpenMP jobs (XGBoost, BLAS) each start one thread per core and slow
+        each other down several times over.
+        """
+        self.threads_per_job = max(1, len(os.sched_getaffinity(0)) // max(1, jobs))
+
     # -- submit / find ---------------------------------------------------------------------
 
     def submit(self, spec: JobSpec) -> JobHandle:
-        existing = self.find(spec.name)
-        if existing is not None:
-            return existing
-        self.root.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".staging-{spec.name}-", dir=self.root))
-        try:
-            self._prepare(spec, staging)
-            os.rename(staging, self.job_dir(spec.name))
-        except OSError:
-            shutil.rmtree(staging, ignore_errors=True)
-            existing = self.find(spec.name)
-            if existing is None:
-                raise
-            return existing  # another launcher won the race for this name
         job_dir = self.job_dir(spec.name)
-        self._start_runner(job_dir, self._environment(spec, job_dir))
+        if self.find(spec.name) is None:
+            self.root.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=f".staging-{spec.name}-", dir=self.root))
+            try:
+                self._prepare(spec, staging)
+                os.rename(staging, job_dir)
+            except OSError:
+                shutil.rmtree(staging, ignore_errors=True)
+                if self.find(spec.name) is None:
+                    raise  # not a lost race for the name: a real error
+        self._launch_once(spec, job_dir)
         return JobHandle(name=spec.name, id=spec.name)
+
+    def _launch_once(self, spec: JobSpec, job_dir: Path) -> None:
+        """Start the job's runner unless a launcher already did; the claim file decides.
+
+        A launcher that died between laying out the job and starting its runner leaves a
+        claim whose owner is dead: the next submit of the same spec takes it over.
+        """
+        claim = job_dir / "launch.claim"
+        for _ in range(2):
+            try:
+                descriptor = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                if (job_dir / "launch.json").exists() or _claimant_alive(claim):
+                    return
+                claim.unlink(missing_ok=True)  # its launcher died before starting the runner
+                continue
+            me = {"pid": os.getpid(), "start": process_start_time(os.getpid())}
+            os.write(descriptor, json.dumps(me).encode())
+            os.close(descriptor)
+            self._start_runner(job_dir, self._environment(spec, job_dir))
+            return
 
     def find(self, name: str) -> JobHandle | None:
         if (self.job_dir(name) / "spec.json").is_file():
@@ -142,6 +172,8 @@ class LocalBackend:
         # The job's `python` is the launcher's interpreter, as on PAI it is the image's.
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         env.setdefault("PYTHONUNBUFFERED", "1")
+        for variable in THREAD_VARIABLES:
+            env.setdefault(variable, str(self.threads_per_job))  # the user's setting wins
         env.update(spec.environments)
         env.update(
             contract.environment(
@@ -165,7 +197,7 @@ class LocalBackend:
             "--cache-dir",
             str(self.root / ".cache"),
         ]
-        runner = subprocess.Popen(
+        self._children[job_dir.name] = runner = subprocess.Popen(
             command,
             env=env,
             cwd=job_dir,
@@ -183,21 +215,55 @@ class LocalBackend:
     # -- status / logs / stop --------------------------------------------------------------
 
     def poll(self, handles: Sequence[JobHandle]) -> dict[str, JobStatus]:
-        return {handle.id: self._status(self.job_dir(handle.id)) for handle in handles}
+        statuses = {handle.id: self._status(self.job_dir(handle.id)) for handle in handles}
+        for job_id, status in statuses.items():
+            if status.state.terminal:
+                self._forget(job_id)
+        return statuses
+
+    def wait(self, handles: Sequence[JobHandle], timeout: float) -> None:
+        """Sleep until a runner exits (it has then written the job's final state) or timeout."""
+        descriptors = [self._runner_fd(handle.id) for handle in handles]
+        live = [fd for fd in descriptors if fd is not None]
+        if live and len(live) == len(descriptors):
+            select.select(live, [], [], timeout)
+        else:
+            time.sleep(timeout)  # a job without a live runner: its state comes from poll
+
+    def _runner_fd(self, job_id: str) -> int | None:
+        if job_id not in self._pidfds:
+            launch = read_json(self.job_dir(job_id) / "launch.json")
+            if not launch or not process_alive(launch["runner_pid"], launch["runner_start"]):
+                return None
+            try:
+                self._pidfds[job_id] = os.pidfd_open(launch["runner_pid"])
+            except OSError:
+                return None
+        return self._pidfds[job_id]
+
+    def _forget(self, job_id: str) -> None:
+        descriptor = self._pidfds.pop(job_id, None)
+        if descriptor is not None:
+            os.close(descriptor)
+        child = self._children.pop(job_id, None)
+        if child is not None:
+            child.wait()  # reap the runner, which exits right after writing the final state
 
     def _status(self, job_dir: Path) -> JobStatus:
         state = read_json(job_dir / "state.json")
         launch = read_json(job_dir / "launch.json")
         runner_alive = bool(launch) and process_alive(launch["runner_pid"], launch["runner_start"])
         if state is None:
-            if runner_alive:
+            if runner_alive or _claimant_alive(job_dir / "launch.claim"):
                 return JobStatus(JobState.PENDING)
             if launch is None and time.time() - _mtime(job_dir / "spec.json") < STARTUP_TIMEOUT:
                 return JobStatus(JobState.PENDING)
             # The runner may have written its state just before we looked at launch.json.
             state = read_json(job_dir / "state.json")
             if state is None:
-                return JobStatus(JobState.FAILED, reason="the job's runner never started")
+                return JobStatus(
+                    JobState.FAILED, reason="the job's runner never started", infrastructure=True
+                )
         status = JobStatus(
             state=JobState(state["state"]),
             reason=state.get("reason"),
@@ -212,6 +278,7 @@ class LocalBackend:
                     JobState.FAILED,
                     reason="the job's runner process died",
                     started_at=status.started_at,
+                    infrastructure=True,
                 )
             return self._status(job_dir)
         return status
@@ -273,6 +340,15 @@ def process_alive(pid: int, start_time: str | None) -> bool:
         return False
     stat = Path(f"/proc/{pid}/stat").read_text()
     return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+
+
+def _claimant_alive(claim: Path) -> bool:
+    """Whether the launcher that claimed a job's launch is still running."""
+    try:
+        claimant = json.loads(claim.read_text())
+    except (OSError, ValueError):
+        return False
+    return process_alive(claimant["pid"], claimant["start"])
 
 
 def _mtime(path: Path) -> float:

@@ -1,0 +1,1 @@
+"""Sweeps: Optuna studies over a job, launched asynchronously, resumable, tracked in MLflow."""

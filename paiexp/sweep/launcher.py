@@ -1,0 +1,632 @@
+"""The asynchronous sweep launcher: Optuna ask/tell over backend jobs, crash-safe.
+
+One loop serves every in-flight job: one ``poll`` call for all their statuses, new log lines
+read from each job's cursor, intermediate values reported to Optuna and pruned jobs stopped,
+and the moment a job ends its trial is told and the next one asked for.
+
+What makes it resumable, per trial, in the study storage (user attributes):
+
+- ``paiexp:job_name`` (deterministic from the study and the trial number) before anything
+  exists outside the storage; ``paiexp:run_id`` once its MLflow child run exists;
+  ``paiexp:job_id`` once its job is submitted.
+- Restarted, the launcher adopts trials still RUNNING whose launcher is gone: a trial without
+  a job id is submitted again under the same name (submission is idempotent by name, so a
+  job is never created twice); a trial whose job is found is followed from its log's start;
+  a trial whose submitted job is lost fails and, within ``sweep.retries``, is re-run.
+- ``sweep.n_trials`` is the study's total: trials that ran (or run) count; a failed trial
+  that was re-run counts once, through its retry.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import os
+import secrets
+import signal
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from paiexp.backends import Backend, JobHandle, JobState, JobStatus, create_backend
+from paiexp.backends.local import process_alive, process_start_time
+from paiexp.compose import describe_error, to_container, to_object
+from paiexp.config import Config, SweepConfig
+from paiexp.errors import UserError
+from paiexp.metrics import MetricPoint
+from paiexp.monitor import JobMonitor, JobResult
+from paiexp.record import SourceInfo, make_record, source_info
+from paiexp.redact import redact_url
+from paiexp.spec import JobSpec, build_spec
+from paiexp.sweep.progress import Progress
+from paiexp.sweep.space import SearchSpace, parse_space
+from paiexp.sweep.study import (
+    Objective,
+    PruningSignal,
+    check_sweep_settings,
+    create_pruner,
+    create_sampler,
+    create_storage,
+    parse_objectives,
+    storage_location,
+)
+from paiexp.sweep.tracking import TRIAL_STATE_TO_RUN_STATUS, SweepTracker
+from paiexp.tracking import MlflowTracker
+
+JOB_NAME = "paiexp:job_name"
+JOB_ID = "paiexp:job_id"
+RUN_ID = "paiexp:run_id"
+OWNER = "paiexp:owner"
+REASON = "paiexp:failure_reason"
+RETRIED = "paiexp:retried"
+ATTEMPT = "paiexp:attempt"
+PRUNING = "paiexp:pruning"
+SWEEP_ID = "paiexp:sweep_id"
+PARENT_RUN = "paiexp:parent_run_id"
+
+
+@dataclass(frozen=True)
+class PreparedSweep:
+    """A validated sweep: nothing has been created yet."""
+
+    cfg: DictConfig
+    config: Config
+    sweep: SweepConfig
+    space: SearchSpace
+    objectives: list[Objective]
+    pruning: PruningSignal | None
+    storage: str
+    study_name: str
+    backend: Backend
+    base_dir: Path
+    overrides: tuple[str, ...]
+    source: SourceInfo | None
+
+
+def prepare_sweep(
+    cfg: DictConfig, config: Config, base_dir: Path, overrides: tuple[str, ...]
+) -> PreparedSweep:
+    """Check everything a user can get wrong in a sweep, before any trial exists."""
+    sweep = config.sweep
+    assert sweep is not None
+    space = parse_space(sweep.params)
+    backend = create_backend(config.backend, base_dir)
+    probe = _trial_spec(cfg, space, space.first_point(), "validate", base_dir)[0]
+    backend.validate(probe)
+    objectives = parse_objectives(sweep.objective, probe.metric_definitions)
+    pruning = check_sweep_settings(sweep, objectives, probe.metric_definitions)
+    sampled = {name for name in space.params if name not in space.fixed()}
+    for index, point in enumerate(sweep.enqueue):
+        unknown = set(point) - sampled
+        if unknown:
+            raise UserError(
+                f"sweep.enqueue[{index}]: {sorted(unknown)[0]!r} is not a searched "
+                f"parameter; searched: {', '.join(sorted(sampled))}"
+            )
+    return PreparedSweep(
+        cfg=cfg,
+        config=config,
+        sweep=sweep,
+        space=space,
+        objectives=objectives,
+        pruning=pruning,
+        storage=storage_location(sweep.storage, base_dir),
+        study_name=sweep.study_name or sweep.name,
+        backend=backend,
+        base_dir=base_dir,
+        overrides=overrides,
+        source=source_info(probe.source_dir),
+    )
+
+
+def _trial_spec(
+    cfg: DictConfig, space: SearchSpace, values: dict[str, Any], name: str, base_dir: Path
+) -> tuple[JobSpec, dict[str, Any]]:
+    """The job of one trial: the base config with the trial's values set; no sweep node."""
+    trial_cfg = copy.deepcopy(cfg)
+    for param, value in {**space.fixed(), **values}.items():
+        try:
+            OmegaConf.update(trial_cfg, SearchSpace.config_key(param), value, merge=False)
+        except OmegaConfBaseException as exc:
+            raise UserError(f"sweep.params.{param}: {describe_error(exc)}") from None
+    trial_cfg.sweep = None
+    config = to_object(trial_cfg)
+    spec = build_spec(config.job, name=name, base_dir=base_dir)
+    data = to_container(trial_cfg)
+    data.pop("sweep", None)
+    return spec, data
+
+
+@dataclass
+class InFlight:
+    trial: Any  # optuna.Trial
+    spec: JobSpec
+    handle: JobHandle
+    monitor: JobMonitor
+    run_id: str
+    pruning: bool = False
+    interrupted: bool = False
+    reported: set[int] = field(default_factory=set)
+
+
+@dataclass
+class SweepOutcome:
+    study: Any
+    parent_run_id: str
+    stop_reason: str | None
+    interrupted: bool
+    tracking_errors: list[str]
+
+
+class Launcher:
+    def __init__(self, prepared: PreparedSweep, tracker: MlflowTracker, progress: Progress) -> None:
+        self.p = prepared
+        self.backend = prepared.backend
+        self.tracking = SweepTracker(tracker)
+        self.progress = progress
+        self.inflight: list[InFlight] = []
+        self.stop_reason: str | None = None
+        self.interrupts = 0
+        self.started = time.monotonic()
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{process_start_time(os.getpid())}"
+        self.log_root = prepared.base_dir / ".paiexp" / "logs"
+
+    # -- set-up ----------------------------------------------------------------------------
+
+    def open_study(self) -> None:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        directions: list[Any] = [o.direction for o in self.p.objectives]
+        try:
+            self.study = optuna.create_study(
+                storage=create_storage(self.p.storage),
+                study_name=self.p.study_name,
+                sampler=create_sampler(self.p.sweep.sampler),
+                pruner=create_pruner(self.p.sweep.pruner),
+                directions=directions,
+                load_if_exists=True,
+            )
+        except ValueError as exc:
+            raise UserError(
+                f"sweep.study_name: study {self.p.study_name!r} in "
+                f"{redact_url(self.p.storage)} does not fit this sweep: {exc}"
+            ) from None
+        existing = [d.name.lower() for d in self.study.directions]
+        if existing != directions:
+            raise UserError(
+                f"sweep.objective: study {self.p.study_name!r} optimizes "
+                f"{existing}, this sweep {directions}; use another sweep.study_name"
+            )
+        existing_trials = len(self.study.get_trials(deepcopy=False))
+        if existing_trials and self.p.sweep.sampler.seed is not None:
+            # A resumed, seeded sampler would replay the points its seed gave the first
+            # trials; seeding it by the study's length keeps it reproducible and new.
+            reseeded = dataclasses.replace(
+                self.p.sweep.sampler, seed=self.p.sweep.sampler.seed + existing_trials
+            )
+            self.study.sampler = create_sampler(reseeded)
+        attrs = self.study.user_attrs
+        if SWEEP_ID not in attrs:
+            self.study.set_user_attr(SWEEP_ID, secrets.token_hex(4))
+        self.sweep_id = str(self.study.user_attrs[SWEEP_ID])
+        self.distributions = self.p.space.distributions()
+        for point in self.p.sweep.enqueue:
+            self.study.enqueue_trial(dict(point), skip_if_exists=True)
+
+    def open_parent_run(self) -> None:
+        sweep = self.p.sweep
+        invocation = {
+            "paiexp.n_trials": str(sweep.n_trials),
+            "paiexp.parallelism": str(sweep.parallelism),
+            "paiexp.timeout": str(sweep.timeout),
+            "paiexp.backend": self.backend.name,
+            "paiexp.storage": redact_url(self.p.storage),
+            "paiexp.study_name": self.p.study_name,
+        }
+        pruned_metric = self.p.pruning.metric if self.p.pruning else "-"
+        params: dict[str, Any] = {
+            "sweep.name": sweep.name,
+            "sweep.objective": ", ".join(f"{o.metric} ({o.direction})" for o in self.p.objectives),
+            "sweep.sampler": f"{sweep.sampler.name} seed={sweep.sampler.seed} "
+            f"{dict(sweep.sampler.options)}",
+            "sweep.pruner": f"{sweep.pruner.name} on {pruned_metric} {dict(sweep.pruner.options)}",
+            "sweep.storage": redact_url(self.p.storage),
+            "sweep.study_name": self.p.study_name,
+        }
+        params.update({f"space.{n}": p.describe() for n, p in self.p.space.params.items()})
+        known = self.study.user_attrs.get(PARENT_RUN)
+        self.parent_run_id = self.tracking.parent_run(
+            self.sweep_id,
+            known,
+            {"study_name": self.p.study_name, "tags": invocation, "params": params},
+        )
+        if known != self.parent_run_id:
+            self.study.set_user_attr(PARENT_RUN, self.parent_run_id)
+        self.tracking.resume_parent(self.parent_run_id, invocation)
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def run(self) -> SweepOutcome:
+        self.backend.set_concurrency(self.p.sweep.parallelism)
+        self.open_study()
+        self.open_parent_run()
+        self.close_orphaned_child_runs()
+        self.adopt_running_trials()
+        previous = signal.signal(signal.SIGINT, self._on_interrupt)
+        try:
+            with self.progress.live(self):
+                self.loop()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        status = "KILLED" if self.interrupts else "FINISHED"
+        self.tracking.finish_parent(self.parent_run_id, self.study, status)
+        self.tracking.worker.close()
+        return SweepOutcome(
+            self.study,
+            self.parent_run_id,
+            self.stop_reason,
+            bool(self.interrupts),
+            self.tracking.worker.errors,
+        )
+
+    def loop(self) -> None:
+        while True:
+            if self.interrupts:
+                if self.p.sweep.on_interrupt == "detach":
+                    return  # trials stay RUNNING; the next launch re-attaches to their jobs
+                for flight in self.inflight:
+                    if not flight.interrupted:
+                        flight.interrupted = True
+                        self.backend.stop(flight.handle)
+            while self.can_submit():
+                self.start_trial()
+            if not self.inflight:
+                return
+            statuses = self.backend.poll([f.handle for f in self.inflight])
+            for flight in list(self.inflight):
+                status = statuses[flight.handle.id]
+                points = flight.monitor.pull(final=status.state.terminal)
+                if status.state.terminal:
+                    self.inflight.remove(flight)
+                    self.complete(flight, status)
+                elif points:
+                    self.observe(flight, points)
+            self.progress.refresh()
+            if self.inflight and not self.slot_free():
+                self.backend.wait([f.handle for f in self.inflight], self.backend.poll_interval)
+
+    def slot_free(self) -> bool:
+        return len(self.inflight) < self.p.sweep.parallelism and self.can_submit()
+
+    def can_submit(self) -> bool:
+        if self.stop_reason or len(self.inflight) >= self.p.sweep.parallelism:
+            return False
+        sweep = self.p.sweep
+        if self.interrupts:
+            self.stop_reason = "interrupted"
+        elif sweep.timeout is not None and time.monotonic() - self.started > sweep.timeout:
+            self.stop_reason = f"sweep.timeout of {sweep.timeout:g} s reached"
+        elif sweep.max_failures is not None and self.failures() >= sweep.max_failures:
+            self.stop_reason = (
+                f"{self.failures()} trials failed (sweep.max_failures="
+                f"{sweep.max_failures}); see their failure reasons"
+            )
+        return not self.stop_reason and self.trials_counted() < sweep.n_trials
+
+    def trials_counted(self) -> int:
+        return sum(1 for t in self.study.get_trials(deepcopy=False) if not _retried(t))
+
+    def failures(self) -> int:
+        from optuna.trial import TrialState
+
+        return sum(
+            1
+            for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+            if not _retried(t)
+        )
+
+    def _on_interrupt(self, signum: int, frame: FrameType | None) -> None:
+        self.interrupts += 1
+        if self.interrupts > 1:
+            raise KeyboardInterrupt  # a second Ctrl-C: leave at once; the study resumes
+        self.progress.say(
+            "interrupted: no new trials; "
+            + (
+                "stopping running jobs"
+                if self.p.sweep.on_interrupt == "stop"
+                else "leaving running jobs to a later launch"
+            )
+            + " (Ctrl-C again to exit at once)"
+        )
+
+    # -- one trial -------------------------------------------------------------------------
+
+    def job_name(self, number: int) -> str:
+        slug = "".join(c if c.isalnum() else "-" for c in self.p.study_name.lower()).strip("-")
+        slug = (slug or "sweep")[:24].rstrip("-")
+        if not slug[0].isalpha():
+            slug = f"s{slug}"[:24]
+        return f"{slug}-{self.sweep_id[:6]}-t{number:04d}"
+
+    def start_trial(self) -> None:
+        trial = self.study.ask(self.distributions)
+        trial.set_user_attr(OWNER, self.owner)
+        trial.set_user_attr(JOB_NAME, self.job_name(trial.number))
+        self.launch(trial)
+
+    def trial_job(self, trial: Any, name: str) -> tuple[JobSpec, Any]:
+        """The trial's JobSpec (labelled with study and trial) and its RunRecord."""
+        spec, data = _trial_spec(self.p.cfg, self.p.space, trial.params, name, self.p.base_dir)
+        labels = {"paiexp-study": self.p.study_name, "paiexp-trial": str(trial.number)}
+        spec = dataclasses.replace(spec, labels={**spec.labels, **labels})
+        record = make_record(
+            data,
+            spec,
+            project_dir=self.p.base_dir,
+            overrides=self.p.overrides,
+            source=self.p.source,
+        )
+        return spec, record
+
+    def launch(self, trial: Any, *, adopted: Any = None) -> None:
+        """Create (or find) the trial's child run, then submit (or find) its job.
+
+        ``adopted`` is the frozen trial when taking over from a launcher that is gone.
+        """
+        name = trial.user_attrs[JOB_NAME]
+        try:
+            spec, record = self.trial_job(trial, name)
+        except UserError as exc:
+            self.fail(trial, str(exc), run_id=trial.user_attrs.get(RUN_ID))
+            return
+        run_id = trial.user_attrs.get(RUN_ID)
+        if run_id is None and adopted is not None:
+            run_id = self.tracking.find_child(self.parent_run_id, name)
+        if run_id is None:
+            run_id = self.tracking.tracker.create_run(
+                record,
+                run_name=f"trial-{trial.number}",
+                parent_run_id=self.parent_run_id,
+                extra_tags={
+                    "paiexp.trial_number": str(trial.number),
+                    "paiexp.sweep_id": self.sweep_id,
+                },
+            )
+        trial.set_user_attr(RUN_ID, run_id)
+        try:
+            handle = self.backend.submit(spec)
+        except (OSError, RuntimeError) as exc:
+            self.fail(trial, f"submission failed: {exc}", run_id=run_id, infrastructure=True)
+            return
+        trial.set_user_attr(JOB_ID, handle.id)
+        params = {name: str(value) for name, value in trial.params.items()}
+
+        def track_start() -> None:
+            self.tracking.tracker.log_record(run_id, record)
+            self.tracking.tracker.set_tags(
+                run_id, {"paiexp.job_id": handle.id, "optuna.params": str(params)}
+            )
+
+        self.tracking.worker.submit(track_start)
+        monitor = JobMonitor(self.backend, handle, spec, self.log_root / f"{name}.log")
+        flight = InFlight(trial, spec, handle, monitor, run_id)
+        if adopted is not None:
+            flight.reported = set(adopted.intermediate_values)
+            flight.pruning = bool(adopted.user_attrs.get(PRUNING))
+        self.inflight.append(flight)
+        self.progress.started(trial.number)
+
+    def observe(self, flight: InFlight, points: list[MetricPoint]) -> None:
+        """Report the pruning metric's new steps; stop the job when Optuna says prune."""
+        signal_ = self.p.pruning
+        if signal_ is None or flight.pruning or flight.interrupted:
+            return
+        reported = False
+        for point in points:
+            if point.name == signal_.metric and point.step not in flight.reported:
+                flight.trial.report(signal_.sign * point.value, point.step)
+                flight.reported.add(point.step)
+                reported = True
+        if reported and flight.trial.should_prune():
+            flight.pruning = True
+            flight.trial.set_user_attr(PRUNING, True)
+            self.backend.stop(flight.handle)
+
+    def complete(self, flight: InFlight, status: JobStatus) -> None:
+        from optuna.trial import TrialState
+
+        result = flight.monitor.result(status)
+        if flight.pruning:
+            self.tell(flight, TrialState.PRUNED, result=result)
+        elif status.state is JobState.SUCCEEDED:
+            values, problem = self.objective_values(flight.spec, result)
+            if problem:
+                self.tell(flight, TrialState.FAIL, result=result, reason=problem)
+            else:
+                self.tell(flight, TrialState.COMPLETE, result=result, values=values)
+        elif flight.interrupted:
+            self.tell(
+                flight,
+                TrialState.FAIL,
+                result=result,
+                reason="interrupted: the sweep was stopped",
+                rerun=True,
+            )
+        else:
+            reason = status.reason or f"job {status.state.value.lower()}"
+            rerun = status.infrastructure and self.may_retry(flight.trial)
+            self.tell(flight, TrialState.FAIL, result=result, reason=reason, rerun=rerun)
+
+    def objective_values(self, spec: JobSpec, result: JobResult) -> tuple[list[float], str | None]:
+        regexes = {d.name: d.regex for d in spec.metric_definitions}
+        values = []
+        for objective in self.p.objectives:
+            value = result.metrics.get(objective.metric)
+            if value is None:
+                tail = "\n".join(result.log_tail[-10:])
+                return [], (
+                    f"objective metric {objective.metric!r} never matched regex "
+                    f"{regexes.get(objective.metric)!r}; log tail:\n{tail}"
+                )
+            if math.isnan(value):
+                return [], f"objective metric {objective.metric!r} is NaN"
+            values.append(value)
+        return values, None
+
+    def may_retry(self, trial: Any) -> bool:
+        return int(trial.user_attrs.get(ATTEMPT, 0)) < self.p.sweep.retries
+
+    def tell(
+        self,
+        flight: InFlight,
+        state: Any,
+        *,
+        result: JobResult,
+        values: list[float] | None = None,
+        reason: str | None = None,
+        rerun: bool = False,
+    ) -> None:
+        trial = flight.trial
+        if reason:
+            trial.set_user_attr(REASON, reason[:2000])
+        if rerun:
+            self.retry(trial, consume_attempt=not flight.interrupted)
+        self.study.tell(trial, values if values else None, state=state, skip_if_finished=True)
+        run_status = TRIAL_STATE_TO_RUN_STATUS[state.name]
+        tags = {"paiexp.trial_state": state.name}
+        unlogged = flight.monitor.take_unlogged()
+        self.tracking.worker.submit(
+            lambda: self.tracking.tracker.finish(
+                flight.run_id,
+                result,
+                unlogged=unlogged,
+                status=run_status,
+                reason=reason,
+                extra_tags=tags,
+            )
+        )
+        self.progress.finished(trial.number, state.name, values, reason)
+        self.publish_best()
+
+    def fail(
+        self, trial: Any, reason: str, *, run_id: str | None, infrastructure: bool = False
+    ) -> None:
+        from optuna.trial import TrialState
+
+        trial.set_user_attr(REASON, reason[:2000])
+        if infrastructure and self.may_retry(trial):
+            self.retry(trial)
+        self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+        if run_id:
+            self.tracking.worker.submit(lambda: self.tracking.tracker.fail(run_id, reason))
+        self.progress.finished(trial.number, "FAIL", None, reason)
+
+    def retry(self, trial: Any, *, consume_attempt: bool = True) -> None:
+        """Enqueue the same parameters again; this trial then does not count toward n_trials."""
+        trial.set_user_attr(RETRIED, True)
+        attempt = int(trial.user_attrs.get(ATTEMPT, 0)) + int(consume_attempt)
+        self.study.enqueue_trial(
+            dict(trial.params), user_attrs={ATTEMPT: attempt, "paiexp:retry_of": trial.number}
+        )
+
+    def publish_best(self) -> None:
+        from optuna.trial import TrialState
+
+        complete = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if not complete:
+            return
+        metrics: dict[str, float] = {}
+        tags: dict[str, str] = {}
+        best_run: str | None = None
+        if len(self.p.objectives) == 1:
+            best = self.study.best_trial
+            metric = self.p.objectives[0].metric
+            metrics[f"best_{metric}"] = float(best.values[0])
+            tags = {"paiexp.best_trial": str(best.number), "paiexp.best_value": repr(best.value)}
+            tags.update({f"paiexp.best.{k}": str(v) for k, v in best.params.items()})
+            best_run = best.user_attrs.get(RUN_ID)
+        else:
+            front = self.study.best_trials
+            metrics["pareto_front_size"] = float(len(front))
+            tags = {"paiexp.best_trials": ",".join(str(t.number) for t in front)}
+        self.progress.best(self.study)
+        self.tracking.update_best(self.parent_run_id, metrics, len(complete), tags, best_run)
+
+    # -- resume ----------------------------------------------------------------------------
+
+    def adopt_running_trials(self) -> None:
+        """Take over trials left RUNNING by a launcher that is gone."""
+        import optuna
+        from optuna.trial import TrialState
+
+        for frozen in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if not self._orphaned(frozen):
+                continue
+            trial = optuna.trial.Trial(self.study, frozen._trial_id)
+            trial.set_user_attr(OWNER, self.owner)
+            attrs = frozen.user_attrs
+            name = attrs.get(JOB_NAME) or self.job_name(frozen.number)
+            trial.set_user_attr(JOB_NAME, name)
+            if JOB_ID in attrs and self.backend.find(name) is None:
+                self.fail(
+                    trial,
+                    f"job {name} was lost (not found after a restart)",
+                    run_id=attrs.get(RUN_ID),
+                    infrastructure=True,
+                )
+                continue
+            self.progress.say(f"trial {frozen.number}: re-attaching to job {name}")
+            self.launch(trial, adopted=frozen)
+
+    def _orphaned(self, frozen: Any) -> bool:
+        owner = str(frozen.user_attrs.get(OWNER, ""))
+        host, _, rest = owner.partition(":")
+        if not owner:
+            return True
+        if host != socket.gethostname():
+            return False  # another machine's launcher: its own to finish
+        pid, _, start = rest.partition(":")
+        return not process_alive(int(pid), start)
+
+    def close_orphaned_child_runs(self) -> None:
+        """Child runs left RUNNING although their trial has finished (a crash between the two)."""
+        from optuna.trial import TrialState
+
+        running = self.tracking.running_children(self.parent_run_id)
+        if not running:
+            return
+        by_run = {t.user_attrs.get(RUN_ID): t for t in self.study.get_trials(deepcopy=False)}
+        for run_id, job_name in running.items():
+            trial = by_run.get(run_id)
+            if trial is None or trial.state in (TrialState.RUNNING, TrialState.WAITING):
+                continue
+            status = TRIAL_STATE_TO_RUN_STATUS.get(trial.state.name, "FAILED")
+            handle = self.backend.find(job_name) if job_name else None
+            if handle is None:
+                self.tracking.tracker.set_tags(run_id, {"paiexp.trial_state": trial.state.name})
+                self.tracking.client.set_terminated(run_id, status=status)
+                continue
+            spec, _ = self.trial_job(trial, job_name)
+            monitor = JobMonitor(self.backend, handle, spec, self.log_root / f"{job_name}.log")
+            job_status = self.backend.poll([handle])[handle.id]
+            monitor.pull(final=True)
+            self.tracking.tracker.finish(
+                run_id,
+                monitor.result(job_status),
+                unlogged=monitor.take_unlogged(),
+                status=status,
+                reason=trial.user_attrs.get(REASON),
+                extra_tags={"paiexp.trial_state": trial.state.name},
+            )
+
+
+def _retried(trial: Any) -> bool:
+    return bool(trial.user_attrs.get(RETRIED))

@@ -1,0 +1,165 @@
+"""The Optuna side of a sweep: objectives, storage, sampler and pruner, from the config.
+
+Names are checked without importing Optuna (a typo is reported at once); the objects are
+built when the sweep starts.  Sampler and pruner are not stored with a study, so a resumed
+sweep rebuilds them from the same config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from paiexp.errors import UserError
+from paiexp.metrics import MetricDefinition
+
+SAMPLERS = {
+    "tpe": "TPESampler",
+    "random": "RandomSampler",
+    "cmaes": "CmaEsSampler",
+    "gp": "GPSampler",
+    "qmc": "QMCSampler",
+    "nsgaii": "NSGAIISampler",
+    "nsgaiii": "NSGAIIISampler",
+    "bruteforce": "BruteForceSampler",
+}
+PRUNERS = {
+    "none": "NopPruner",
+    "median": "MedianPruner",
+    "percentile": "PercentilePruner",
+    "successive_halving": "SuccessiveHalvingPruner",
+    "hyperband": "HyperbandPruner",
+    "threshold": "ThresholdPruner",
+    "patient": "PatientPruner",
+    "wilcoxon": "WilcoxonPruner",
+}
+DIRECTIONS = ("minimize", "maximize")
+INTERRUPT_MODES = ("stop", "detach")
+
+
+@dataclass(frozen=True)
+class Objective:
+    metric: str
+    direction: str
+
+
+@dataclass(frozen=True)
+class PruningSignal:
+    """Which metric feeds the pruner, and the sign that makes it point the study's way."""
+
+    metric: str
+    sign: float
+
+
+def parse_objectives(value: Any, definitions: tuple[MetricDefinition, ...]) -> list[Objective]:
+    items = value if isinstance(value, list | tuple) else [value]
+    if not items:
+        raise UserError("sweep.objective: give {metric, direction} or a list of them")
+    known = {d.name for d in definitions}
+    objectives = []
+    for index, item in enumerate(items):
+        key = "sweep.objective" if len(items) == 1 else f"sweep.objective[{index}]"
+        if not isinstance(item, Mapping) or set(item) - {"metric", "direction"}:
+            raise UserError(f"{key}: expected {{metric: NAME, direction: minimize|maximize}}")
+        metric, direction = item.get("metric"), item.get("direction", "minimize")
+        if direction not in DIRECTIONS:
+            raise UserError(
+                f"{key}.direction: invalid value {direction!r}; expected minimize or maximize"
+            )
+        if metric not in known:
+            raise UserError(
+                f"{key}.metric: {metric!r} is not a metric the job defines; "
+                f"job.metric_definitions has: {', '.join(sorted(known)) or 'none'}"
+            )
+        objectives.append(Objective(str(metric), str(direction)))
+    return objectives
+
+
+def check_sweep_settings(
+    sweep: Any, objectives: list[Objective], definitions: tuple[MetricDefinition, ...]
+) -> PruningSignal | None:
+    """Validate the sweep's scalar settings; returns the pruning signal, if pruning."""
+    if sweep.n_trials < 1:
+        raise UserError(f"sweep.n_trials: must be >= 1, got {sweep.n_trials}")
+    if sweep.parallelism < 1:
+        raise UserError(f"sweep.parallelism: must be >= 1, got {sweep.parallelism}")
+    if sweep.retries < 0:
+        raise UserError(f"sweep.retries: must be >= 0, got {sweep.retries}")
+    if sweep.max_failures is not None and sweep.max_failures < 1:
+        raise UserError(f"sweep.max_failures: must be >= 1 or null, got {sweep.max_failures}")
+    if sweep.timeout is not None and sweep.timeout <= 0:
+        raise UserError(f"sweep.timeout: must be > 0 seconds or null, got {sweep.timeout}")
+    if sweep.on_interrupt not in INTERRUPT_MODES:
+        raise UserError(
+            f"sweep.on_interrupt: invalid value {sweep.on_interrupt!r}; expected stop or detach"
+        )
+    if sweep.sampler.name not in SAMPLERS:
+        raise UserError(
+            f"sweep.sampler.name: unknown sampler {sweep.sampler.name!r}; "
+            f"available: {', '.join(SAMPLERS)}"
+        )
+    pruner = sweep.pruner
+    if pruner.name not in PRUNERS:
+        raise UserError(
+            f"sweep.pruner.name: unknown pruner {pruner.name!r}; available: {', '.join(PRUNERS)}"
+        )
+    if pruner.name == "none":
+        return None
+    if len(objectives) > 1:
+        raise UserError(
+            "sweep.pruner.name: Optuna cannot prune multi-objective studies; use pruner none"
+        )
+    metric = pruner.metric or objectives[0].metric
+    if metric not in {d.name for d in definitions}:
+        raise UserError(f"sweep.pruner.metric: {metric!r} is not a metric the job defines")
+    direction = pruner.direction or objectives[0].direction
+    if direction not in DIRECTIONS:
+        raise UserError(
+            f"sweep.pruner.direction: invalid value {direction!r}; expected minimize or maximize"
+        )
+    # Optuna's pruners read reported values in the study's direction.
+    return PruningSignal(metric, 1.0 if direction == objectives[0].direction else -1.0)
+
+
+def storage_location(storage: str, base_dir: Path) -> str:
+    """An RDB URL as given, or a journal file path made absolute."""
+    if "://" in storage:
+        return storage
+    return str((base_dir / storage).resolve())
+
+
+def create_storage(location: str) -> Any:
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    if "://" in location:
+        return optuna.storages.RDBStorage(location)
+    Path(location).parent.mkdir(parents=True, exist_ok=True)
+    return JournalStorage(JournalFileBackend(location))
+
+
+def create_sampler(config: Any) -> Any:
+    import optuna
+
+    cls = getattr(optuna.samplers, SAMPLERS[config.name])
+    options = dict(config.options)
+    if config.seed is not None:
+        options.setdefault("seed", config.seed)
+    return _construct(cls, options, "sweep.sampler.options")
+
+
+def create_pruner(config: Any) -> Any:
+    import optuna
+
+    cls = getattr(optuna.pruners, PRUNERS[config.name])
+    return _construct(cls, dict(config.options), "sweep.pruner.options")
+
+
+def _construct(cls: Any, options: dict[str, Any], key: str) -> Any:
+    try:
+        return cls(**options)
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"{key}: {cls.__name__} rejects {options}: {exc}") from None
