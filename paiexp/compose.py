@@ -18,7 +18,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from paiexp.config import BACKEND_SCHEMAS, Config, register_configs
 from paiexp.errors import UserError
-from paiexp.sweep.registry import check_selection, register_sweeps
+from paiexp.sweep.registry import register_selected_sweep
 
 CONFIG_NAME = "config"
 
@@ -58,9 +58,8 @@ def compose(project: Project, overrides: Sequence[str]) -> DictConfig:
                 f"{override}: paiexp composes configs with Hydra but does not use Hydra's own "
                 "settings (run dirs, logging, launchers); set job, backend, tracker or sweep keys"
             )
-    check_selection(overrides, project.sweeps_dir)
     register_configs()
-    register_sweeps(project.sweeps_dir)
+    register_selected_sweep(overrides, project.sweeps_dir)
     try:
         with initialize_config_dir(str(project.config_dir), version_base="1.3"):
             cfg = hydra_compose(project.config_name, overrides=list(overrides))
@@ -116,6 +115,13 @@ def describe_error(exc: BaseException) -> str:
         if group:
             return f"{group}={name}: no such config in group '{group}'; available: {options}"
         return f"config '{missing}' not found"
+    sweep_override = re.match(r"Sweep parameters '([^=']+)=([^']*)' requires --multirun", str(exc))
+    if sweep_override:
+        key, value = sweep_override.groups()
+        return (
+            f"{key}: {value} is a sweep expression; quote it so it stays a string: "
+            f"'{key}=\"{value}\"' (or write it in sweeps/NAME.yaml)"
+        )
     if isinstance(exc, OverrideParseException):
         return f"cannot parse override: {_first_line(str(exc)).split(': ', 1)[-1]}"
     cause = _omegaconf_cause(exc)

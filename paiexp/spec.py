@@ -84,7 +84,7 @@ def build_spec(job: Any, *, name: str, base_dir: Path) -> JobSpec:
         source_dir=_source_dir(job.source_dir, base_dir),
         instance_type=job.instance_type,
         instance_count=job.instance_count,
-        hyperparameters=_hyperparameters(job.hyperparameters),
+        hyperparameters=validate_hyperparameters(job.hyperparameters),
         inputs=_inputs(job.inputs, base_dir),
         outputs=_outputs(job.outputs, base_dir),
         environments=_environments(job.environments),
@@ -108,7 +108,8 @@ def _source_dir(source_dir: str | None, base_dir: Path) -> str | None:
     return str(path)
 
 
-def _hyperparameters(tree: Mapping[str, Any]) -> dict[str, str]:
+def validate_hyperparameters(tree: Mapping[str, Any]) -> dict[str, str]:
+    """Flatten and check ``job.hyperparameters``; values become PAI's strings."""
     values: dict[str, str] = {}
     for name, value in contract.flatten_hyperparameters(tree).items():
         key = f"job.hyperparameters.{name}"

@@ -12,6 +12,7 @@ import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from paiexp.backends.base import JobState
@@ -49,6 +50,7 @@ class MlflowTracker:
         from mlflow.tracking import MlflowClient
 
         self.uri = uri or mlflow.get_tracking_uri()
+        _create_sqlite_database(self.uri)
         self.client = MlflowClient(tracking_uri=self.uri)
         self.experiment_id = self._experiment_id(experiment)
 
@@ -207,3 +209,28 @@ def _tracked(run: Any) -> TrackedRun:
 
 def _clip(value: str) -> str:
     return value if len(value) <= MAX_TAG_CHARS else "..." + value[-(MAX_TAG_CHARS - 3) :]
+
+
+def _create_sqlite_database(uri: str) -> None:
+    """Create a new SQLite tracking database atomically.
+
+    MLflow builds its schema with about a second of migrations; a launcher killed in the
+    middle would leave a half-migrated file that every later launch refuses.  So the schema
+    is built under a temporary name and linked into place only when complete.
+    """
+    if not uri.startswith("sqlite:///") or uri == "sqlite:///:memory:":
+        return
+    path = Path(uri.removeprefix("sqlite:///")).resolve()
+    if path.exists():
+        return
+    from mlflow.tracking._tracking_service.utils import _get_store
+
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.creating")
+    try:
+        store = _get_store(f"sqlite:///{temporary}")
+        store.engine.dispose()
+        os.link(temporary, path)  # fails if another launcher linked its copy first: fine
+    except FileExistsError:
+        pass
+    finally:
+        temporary.unlink(missing_ok=True)

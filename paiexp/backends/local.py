@@ -188,13 +188,11 @@ class LocalBackend:
     def _start_runner(self, job_dir: Path, env: dict[str, str]) -> None:
         command = [
             sys.executable,
+            "-S",  # the runner needs no site-packages to start (it adds them if it must)
             local_runner.__file__,
             str(job_dir),
-            "--grace",
             str(self.stop_grace_period),
-            "--install",
             self.install_requirements,
-            "--cache-dir",
             str(self.root / ".cache"),
         ]
         self._children[job_dir.name] = runner = subprocess.Popen(

@@ -1,43 +1,46 @@
-"""The detached runner of one local job: ``python local_runner.py JOB_DIR``.
+"""The detached runner of one local job: ``python -S local_runner.py JOB_DIR GRACE INSTALL CACHE``.
 
 It runs in its own session (the launcher may die; the job goes on), installs the job's
 requirements, runs the command with ``sh -c`` in its own process group, enforces
 ``max_run_time``, turns SIGTERM into a graceful stop of the whole group, and records the
-outcome in ``state.json`` atomically.  It is started by path and imports only the standard
-library, so a job starts as fast as Python does; :mod:`paiexp.backends.local` shares its
-file helpers.
+outcome in ``state.json`` atomically.
+
+It starts for every job, so it is kept lean: started by path without ``site``, it imports a
+handful of standard modules (the rest only when needed) and uses one interval timer instead
+of threads.  :mod:`paiexp.backends.local` shares its file helpers.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import hashlib
 import json
 import os
-import shutil
 import signal
-import site
 import subprocess
 import sys
-import threading
 import time
-from pathlib import Path
-from typing import IO, Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import IO, Any
 
 RUNNING, SUCCEEDED, FAILED, STOPPED = "RUNNING", "SUCCEEDED", "FAILED", "STOPPED"
 
 
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+def write_json_atomic(path: str | os.PathLike[str], data: dict[str, Any]) -> None:
     """Replace ``path`` with ``data`` so that a reader sees the old or the new file, never half."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(data))
+    path = os.fspath(path)
+    directory, name = os.path.split(path)
+    temporary = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
+    with open(temporary, "w") as stream:
+        stream.write(json.dumps(data))
     os.replace(temporary, path)
 
 
-def read_json(path: Path) -> Any:
+def read_json(path: str | os.PathLike[str]) -> Any:
     try:
-        return json.loads(path.read_text())
+        with open(path) as stream:
+            return json.loads(stream.read())
     except FileNotFoundError:
         return None
 
@@ -48,33 +51,37 @@ def kill_group(pgid: int, sig: signal.Signals) -> None:
 
 
 class Runner:
-    def __init__(self, job_dir: Path, grace: float, install: str, cache_dir: Path) -> None:
+    def __init__(self, job_dir: str, grace: float, install: str, cache_dir: str) -> None:
         self.job_dir = job_dir
         self.grace = grace
         self.install = install
         self.cache_dir = cache_dir
-        self.spec = read_json(job_dir / "spec.json")
-        self.working_dir = job_dir / "ml" / "usercode"
+        self.spec = read_json(self.path("spec.json"))
+        self.working_dir = self.path("ml", "usercode")
         self.state: dict[str, Any] = {"state": RUNNING, "started_at": time.time()}
         self.child: subprocess.Popen[bytes] | None = None
         self.stop_reason: tuple[str, str] | None = None
-        self.lock = threading.Lock()
+        self.alarms: dict[str, float] = {}  # what to do -> when (monotonic)
+
+    def path(self, *parts: str) -> str:
+        return os.path.join(self.job_dir, *parts)
 
     def write_state(self, **changes: Any) -> None:
         self.state.update(changes)
-        write_json_atomic(self.job_dir / "state.json", self.state)
+        write_json_atomic(self.path("state.json"), self.state)
 
     def run(self) -> None:
         signal.signal(signal.SIGTERM, lambda *_: self.terminate(STOPPED, "stopped"))
+        signal.signal(signal.SIGALRM, lambda *_: self.on_alarm())
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         self.write_state(runner_pid=os.getpid())
-        if (self.job_dir / "stop").exists():
+        if os.path.exists(self.path("stop")):
             self.write_state(
                 state=STOPPED, reason="stopped before it started", ended_at=time.time()
             )
             return
-        with (self.job_dir / "job.log").open("ab", buffering=0) as log:
+        with open(self.path("job.log"), "ab", buffering=0) as log:
             if not self.install_requirements(log):
                 self.write_state(
                     state=FAILED,
@@ -91,22 +98,24 @@ class Runner:
         In ``auto`` mode a set of requirements already met is not handed to pip; the answer
         is cached until the interpreter's site-packages change.
         """
-        files = [path for path in [self.working_dir / "requirements.txt"] if path.is_file()]
+        requirements_txt = os.path.join(self.working_dir, "requirements.txt")
+        files = [requirements_txt] if os.path.isfile(requirements_txt) else []
         lines = list(self.spec["requirements"])
         for path in files:
-            lines += [line.strip() for line in path.read_text().splitlines()]
+            with open(path) as stream:
+                lines += [line.strip() for line in stream.read().splitlines()]
         lines = [line for line in lines if line and not line.startswith("#")]
         if not lines or self.install == "never":
             return True
-        marker = self.cache_dir / f"requirements-met-{_environment_key(lines)}"
-        if self.install == "auto" and (marker.exists() or all(map(_satisfied, lines))):
+        marker = os.path.join(self.cache_dir, f"requirements-met-{_environment_key(lines)}")
+        if self.install == "auto" and (os.path.exists(marker) or all(map(_satisfied, lines))):
             log.write(f"[paiexp] requirements already satisfied: {', '.join(lines)}\n".encode())
-            self.cache_dir.mkdir(parents=True, exist_ok=True)
-            marker.touch()
+            os.makedirs(self.cache_dir, exist_ok=True)
+            open(marker, "a").close()
             return True
         command = [sys.executable, "-m", "pip", "install", *self.spec["requirements"]]
         for path in files:
-            command += ["-r", str(path)]
+            command += ["-r", path]
         log.write(f"[paiexp] installing requirements: {' '.join(command[4:])}\n".encode())
         result = subprocess.run(
             command,
@@ -118,41 +127,56 @@ class Runner:
         return result.returncode == 0
 
     def run_command(self, log: IO[bytes]) -> int:
-        with self.lock:
-            if self.stop_reason is not None:
-                return -signal.SIGTERM
-            self.child = subprocess.Popen(
-                ["/bin/sh", "-c", self.spec["command"]],
-                cwd=self.working_dir,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                process_group=0,
-            )
+        if self.stop_reason is not None:
+            return -signal.SIGTERM
+        self.child = subprocess.Popen(
+            ["/bin/sh", "-c", self.spec["command"]],
+            cwd=self.working_dir,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            process_group=0,
+        )
         self.write_state(pid=self.child.pid, pgid=self.child.pid)
+        if self.stop_reason is not None:  # a stop arrived while the command started
+            self.terminate(*self.stop_reason)
         max_run_time = self.spec.get("max_run_time")
         if max_run_time:
-            timer = threading.Timer(
-                max_run_time, self.terminate, (FAILED, f"exceeded max_run_time of {max_run_time} s")
-            )
-            timer.daemon = True
-            timer.start()
+            self.schedule("max_run_time", max_run_time)
         return self.child.wait()
+
+    def schedule(self, what: str, seconds: float) -> None:
+        self.alarms[what] = time.monotonic() + seconds
+        self.arm()
+
+    def arm(self) -> None:
+        if self.alarms:
+            wait = max(0.001, min(self.alarms.values()) - time.monotonic())
+            signal.setitimer(signal.ITIMER_REAL, wait)
+
+    def on_alarm(self) -> None:
+        now = time.monotonic()
+        due = [what for what, when in self.alarms.items() if when <= now]
+        for what in due:
+            del self.alarms[what]
+            if what == "max_run_time":
+                seconds = self.spec["max_run_time"]
+                self.terminate(FAILED, f"exceeded max_run_time of {seconds} s")
+            elif what == "kill" and self.child is not None:
+                kill_group(self.child.pid, signal.SIGKILL)
+        self.arm()
 
     def terminate(self, state: str, reason: str) -> None:
         """Stop the whole process group: SIGTERM, then SIGKILL after the grace period."""
-        with self.lock:
-            if self.stop_reason is None:
-                self.stop_reason = (state, reason)
-            child = self.child
-        if child is None:
+        if self.stop_reason is None:
+            self.stop_reason = (state, reason)
+        if self.child is None:
             return
-        kill_group(child.pid, signal.SIGTERM)
-        killer = threading.Timer(self.grace, kill_group, (child.pid, signal.SIGKILL))
-        killer.daemon = True
-        killer.start()
+        kill_group(self.child.pid, signal.SIGTERM)
+        self.schedule("kill", self.grace)
 
     def finish(self, exit_code: int) -> None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
         if self.child is not None:
             kill_group(self.child.pid, signal.SIGKILL)  # leftovers die with the job, as on PAI
         self.persist_outputs()
@@ -172,14 +196,20 @@ class Runner:
 
     def persist_outputs(self) -> None:
         """Copy channels that name a local destination there, as PAI persists to their URI."""
-        for channel, destination in self.spec["outputs"].items():
-            if destination:
-                source = self.job_dir / "ml" / "output" / channel
+        destinations = {c: d for c, d in self.spec["outputs"].items() if d}
+        if destinations:
+            import shutil
+
+            for channel, destination in destinations.items():
+                source = self.path("ml", "output", channel)
                 shutil.copytree(source, destination, dirs_exist_ok=True)
 
 
 def _environment_key(lines: list[str]) -> str:
     """Changes when the requirements, the interpreter or its installed packages change."""
+    import hashlib
+
+    site = _site()
     digest = hashlib.sha256("\n".join([sys.executable, *lines]).encode())
     for directory in [*site.getsitepackages(), site.getusersitepackages()]:
         with contextlib.suppress(OSError):
@@ -188,6 +218,7 @@ def _environment_key(lines: list[str]) -> str:
 
 
 def _satisfied(line: str) -> bool:
+    _site()
     from importlib.metadata import PackageNotFoundError, version
 
     from packaging.requirements import InvalidRequirement, Requirement
@@ -205,14 +236,19 @@ def _satisfied(line: str) -> bool:
     return requirement.specifier.contains(installed, prereleases=True)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("job_dir", type=Path)
-    parser.add_argument("--grace", type=float, default=10.0)
-    parser.add_argument("--install", default="auto")
-    parser.add_argument("--cache-dir", type=Path, required=True)
-    args = parser.parse_args()
-    runner = Runner(args.job_dir, args.grace, args.install, args.cache_dir)
+def _site() -> Any:
+    """The ``site`` module, with site-packages on sys.path (the runner starts with -S)."""
+    import site
+
+    if sys.flags.no_site and not getattr(_site, "done", False):
+        site.main()
+        _site.done = True  # type: ignore[attr-defined]
+    return site
+
+
+def main(argv: list[str]) -> int:
+    job_dir, grace, install, cache_dir = argv
+    runner = Runner(job_dir, float(grace), install, cache_dir)
     try:
         runner.run()
     except Exception as exc:  # a broken runner must still leave a final state behind
@@ -224,4 +260,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -19,7 +19,6 @@ What makes it resumable, per trial, in the study storage (user attributes):
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 import os
@@ -32,19 +31,17 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf import DictConfig
 
 from paiexp.backends import Backend, JobHandle, JobState, JobStatus, create_backend
 from paiexp.backends.local import process_alive, process_start_time
-from paiexp.compose import describe_error, to_container, to_object
 from paiexp.config import Config, SweepConfig
 from paiexp.errors import UserError
 from paiexp.metrics import MetricPoint
 from paiexp.monitor import JobMonitor, JobResult
-from paiexp.record import SourceInfo, make_record, source_info
+from paiexp.record import RunRecord, SourceInfo, make_record, source_info
 from paiexp.redact import redact_url
-from paiexp.spec import JobSpec, build_spec
+from paiexp.spec import JobSpec
 from paiexp.sweep.progress import Progress
 from paiexp.sweep.space import SearchSpace, parse_space
 from paiexp.sweep.study import (
@@ -58,11 +55,11 @@ from paiexp.sweep.study import (
     storage_location,
 )
 from paiexp.sweep.tracking import TRIAL_STATE_TO_RUN_STATUS, SweepTracker
+from paiexp.sweep.trials import TrialBuilder
 from paiexp.tracking import MlflowTracker
 
 JOB_NAME = "paiexp:job_name"
 JOB_ID = "paiexp:job_id"
-RUN_ID = "paiexp:run_id"
 OWNER = "paiexp:owner"
 REASON = "paiexp:failure_reason"
 RETRIED = "paiexp:retried"
@@ -76,10 +73,10 @@ PARENT_RUN = "paiexp:parent_run_id"
 class PreparedSweep:
     """A validated sweep: nothing has been created yet."""
 
-    cfg: DictConfig
     config: Config
     sweep: SweepConfig
     space: SearchSpace
+    trials: TrialBuilder
     objectives: list[Objective]
     pruning: PruningSignal | None
     storage: str
@@ -98,7 +95,8 @@ def prepare_sweep(
     assert sweep is not None
     space = parse_space(sweep.params)
     backend = create_backend(config.backend, base_dir)
-    probe = _trial_spec(cfg, space, space.first_point(), "validate", base_dir)[0]
+    trials = TrialBuilder(cfg, space, base_dir)
+    probe = trials.spec(space.first_point(), "validate")
     backend.validate(probe)
     objectives = parse_objectives(sweep.objective, probe.metric_definitions)
     pruning = check_sweep_settings(sweep, objectives, probe.metric_definitions)
@@ -111,10 +109,10 @@ def prepare_sweep(
                 f"parameter; searched: {', '.join(sorted(sampled))}"
             )
     return PreparedSweep(
-        cfg=cfg,
         config=config,
         sweep=sweep,
         space=space,
+        trials=trials,
         objectives=objectives,
         pruning=pruning,
         storage=storage_location(sweep.storage, base_dir),
@@ -126,31 +124,12 @@ def prepare_sweep(
     )
 
 
-def _trial_spec(
-    cfg: DictConfig, space: SearchSpace, values: dict[str, Any], name: str, base_dir: Path
-) -> tuple[JobSpec, dict[str, Any]]:
-    """The job of one trial: the base config with the trial's values set; no sweep node."""
-    trial_cfg = copy.deepcopy(cfg)
-    for param, value in {**space.fixed(), **values}.items():
-        try:
-            OmegaConf.update(trial_cfg, SearchSpace.config_key(param), value, merge=False)
-        except OmegaConfBaseException as exc:
-            raise UserError(f"sweep.params.{param}: {describe_error(exc)}") from None
-    trial_cfg.sweep = None
-    config = to_object(trial_cfg)
-    spec = build_spec(config.job, name=name, base_dir=base_dir)
-    data = to_container(trial_cfg)
-    data.pop("sweep", None)
-    return spec, data
-
-
 @dataclass
 class InFlight:
     trial: Any  # optuna.Trial
     spec: JobSpec
     handle: JobHandle
     monitor: JobMonitor
-    run_id: str
     pruning: bool = False
     interrupted: bool = False
     reported: set[int] = field(default_factory=set)
@@ -258,8 +237,9 @@ class Launcher:
         self.backend.set_concurrency(self.p.sweep.parallelism)
         self.open_study()
         self.open_parent_run()
-        self.close_orphaned_child_runs()
-        self.adopt_running_trials()
+        children = self.tracking.children(self.parent_run_id)
+        self.reconcile_finished_trials(children)
+        self.adopt_running_trials(children)
         previous = signal.signal(signal.SIGINT, self._on_interrupt)
         try:
             with self.progress.live(self):
@@ -322,7 +302,14 @@ class Launcher:
         return not self.stop_reason and self.trials_counted() < sweep.n_trials
 
     def trials_counted(self) -> int:
-        return sum(1 for t in self.study.get_trials(deepcopy=False) if not _retried(t))
+        """Trials toward n_trials: running or finished; a re-run failure counts via its retry."""
+        from optuna.trial import TrialState
+
+        return sum(
+            1
+            for t in self.study.get_trials(deepcopy=False)
+            if t.state is not TrialState.WAITING and not _retried(t)
+        )
 
     def failures(self) -> int:
         from optuna.trial import TrialState
@@ -362,62 +349,57 @@ class Launcher:
         trial.set_user_attr(JOB_NAME, self.job_name(trial.number))
         self.launch(trial)
 
-    def trial_job(self, trial: Any, name: str) -> tuple[JobSpec, Any]:
-        """The trial's JobSpec (labelled with study and trial) and its RunRecord."""
-        spec, data = _trial_spec(self.p.cfg, self.p.space, trial.params, name, self.p.base_dir)
-        labels = {"paiexp-study": self.p.study_name, "paiexp-trial": str(trial.number)}
-        spec = dataclasses.replace(spec, labels={**spec.labels, **labels})
-        record = make_record(
-            data,
+    def trial_spec(self, params: dict[str, Any], number: int, name: str) -> JobSpec:
+        spec = self.p.trials.spec(params, name)
+        labels = {"paiexp-study": self.p.study_name, "paiexp-trial": str(number)}
+        return dataclasses.replace(spec, labels={**spec.labels, **labels})
+
+    def record(self, params: dict[str, Any], spec: JobSpec) -> RunRecord:
+        return make_record(
+            self.p.trials.data(params),
             spec,
             project_dir=self.p.base_dir,
             overrides=self.p.overrides,
             source=self.p.source,
         )
-        return spec, record
 
-    def launch(self, trial: Any, *, adopted: Any = None) -> None:
-        """Create (or find) the trial's child run, then submit (or find) its job.
+    def start_child(self, trial: Any, spec: JobSpec, existing: str | None = None) -> None:
+        params = dict(trial.params)
+        tags = {
+            "mlflow.runName": f"trial-{trial.number}",
+            "paiexp.trial_number": str(trial.number),
+            "paiexp.sweep_id": self.sweep_id,
+            "optuna.params": str({k: str(v) for k, v in params.items()}),
+        }
+        self.tracking.start_child(
+            self.parent_run_id,
+            spec.name,
+            lambda: self.record(params, spec),
+            tags,
+            existing=existing,
+        )
+
+    def launch(self, trial: Any, *, adopted: Any = None, existing_run: str | None = None) -> None:
+        """Submit (or find again) the trial's job, and have its child run created.
 
         ``adopted`` is the frozen trial when taking over from a launcher that is gone.
         """
         name = trial.user_attrs[JOB_NAME]
         try:
-            spec, record = self.trial_job(trial, name)
-        except UserError as exc:
-            self.fail(trial, str(exc), run_id=trial.user_attrs.get(RUN_ID))
+            spec = self.trial_spec(trial.params, trial.number, name)
+        except UserError as exc:  # a swept value the schema rejects: this trial cannot run
+            self.fail(trial, str(exc))
             return
-        run_id = trial.user_attrs.get(RUN_ID)
-        if run_id is None and adopted is not None:
-            run_id = self.tracking.find_child(self.parent_run_id, name)
-        if run_id is None:
-            run_id = self.tracking.tracker.create_run(
-                record,
-                run_name=f"trial-{trial.number}",
-                parent_run_id=self.parent_run_id,
-                extra_tags={
-                    "paiexp.trial_number": str(trial.number),
-                    "paiexp.sweep_id": self.sweep_id,
-                },
-            )
-        trial.set_user_attr(RUN_ID, run_id)
         try:
             handle = self.backend.submit(spec)
         except (OSError, RuntimeError) as exc:
-            self.fail(trial, f"submission failed: {exc}", run_id=run_id, infrastructure=True)
+            self.start_child(trial, spec, existing_run)
+            self.fail(trial, f"submission failed: {exc}", job_name=name, infrastructure=True)
             return
         trial.set_user_attr(JOB_ID, handle.id)
-        params = {name: str(value) for name, value in trial.params.items()}
-
-        def track_start() -> None:
-            self.tracking.tracker.log_record(run_id, record)
-            self.tracking.tracker.set_tags(
-                run_id, {"paiexp.job_id": handle.id, "optuna.params": str(params)}
-            )
-
-        self.tracking.worker.submit(track_start)
+        self.start_child(trial, spec, existing_run)
         monitor = JobMonitor(self.backend, handle, spec, self.log_root / f"{name}.log")
-        flight = InFlight(trial, spec, handle, monitor, run_id)
+        flight = InFlight(trial, spec, handle, monitor)
         if adopted is not None:
             flight.reported = set(adopted.intermediate_values)
             flight.pruning = bool(adopted.user_attrs.get(PRUNING))
@@ -500,33 +482,36 @@ class Launcher:
         if rerun:
             self.retry(trial, consume_attempt=not flight.interrupted)
         self.study.tell(trial, values if values else None, state=state, skip_if_finished=True)
-        run_status = TRIAL_STATE_TO_RUN_STATUS[state.name]
-        tags = {"paiexp.trial_state": state.name}
+        status = TRIAL_STATE_TO_RUN_STATUS[state.name]
         unlogged = flight.monitor.take_unlogged()
-        self.tracking.worker.submit(
-            lambda: self.tracking.tracker.finish(
-                flight.run_id,
+        self.tracking.finish_child(
+            flight.spec.name,
+            lambda tracker, run_id: tracker.finish(
+                run_id,
                 result,
                 unlogged=unlogged,
-                status=run_status,
+                status=status,
                 reason=reason,
-                extra_tags=tags,
-            )
+                extra_tags={"paiexp.trial_state": state.name},
+            ),
         )
         self.progress.finished(trial.number, state.name, values, reason)
         self.publish_best()
 
     def fail(
-        self, trial: Any, reason: str, *, run_id: str | None, infrastructure: bool = False
+        self, trial: Any, reason: str, *, job_name: str | None = None, infrastructure: bool = False
     ) -> None:
+        """Fail a trial whose job never ran (or was lost); its run, if any, is failed too."""
         from optuna.trial import TrialState
 
         trial.set_user_attr(REASON, reason[:2000])
         if infrastructure and self.may_retry(trial):
             self.retry(trial)
         self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
-        if run_id:
-            self.tracking.worker.submit(lambda: self.tracking.tracker.fail(run_id, reason))
+        if job_name:
+            self.tracking.finish_child(
+                job_name, lambda tracker, run_id: tracker.fail(run_id, reason)
+            )
         self.progress.finished(trial.number, "FAIL", None, reason)
 
     def retry(self, trial: Any, *, consume_attempt: bool = True) -> None:
@@ -545,24 +530,24 @@ class Launcher:
             return
         metrics: dict[str, float] = {}
         tags: dict[str, str] = {}
-        best_run: str | None = None
+        best_job: str | None = None
         if len(self.p.objectives) == 1:
             best = self.study.best_trial
             metric = self.p.objectives[0].metric
             metrics[f"best_{metric}"] = float(best.values[0])
             tags = {"paiexp.best_trial": str(best.number), "paiexp.best_value": repr(best.value)}
             tags.update({f"paiexp.best.{k}": str(v) for k, v in best.params.items()})
-            best_run = best.user_attrs.get(RUN_ID)
+            best_job = best.user_attrs.get(JOB_NAME)
         else:
             front = self.study.best_trials
             metrics["pareto_front_size"] = float(len(front))
             tags = {"paiexp.best_trials": ",".join(str(t.number) for t in front)}
         self.progress.best(self.study)
-        self.tracking.update_best(self.parent_run_id, metrics, len(complete), tags, best_run)
+        self.tracking.update_best(self.parent_run_id, metrics, len(complete), tags, best_job)
 
     # -- resume ----------------------------------------------------------------------------
 
-    def adopt_running_trials(self) -> None:
+    def adopt_running_trials(self, children: dict[str, tuple[str, str]]) -> None:
         """Take over trials left RUNNING by a launcher that is gone."""
         import optuna
         from optuna.trial import TrialState
@@ -572,19 +557,23 @@ class Launcher:
                 continue
             trial = optuna.trial.Trial(self.study, frozen._trial_id)
             trial.set_user_attr(OWNER, self.owner)
-            attrs = frozen.user_attrs
-            name = attrs.get(JOB_NAME) or self.job_name(frozen.number)
+            name = frozen.user_attrs.get(JOB_NAME) or self.job_name(frozen.number)
             trial.set_user_attr(JOB_NAME, name)
-            if JOB_ID in attrs and self.backend.find(name) is None:
+            run = children.get(name, (None, ""))[0]
+            if JOB_ID in frozen.user_attrs and self.backend.find(name) is None:
+                if run is None:
+                    self.start_child(trial, self.trial_spec(trial.params, trial.number, name))
+                else:
+                    self.tracking.runs[name] = run
                 self.fail(
                     trial,
                     f"job {name} was lost (not found after a restart)",
-                    run_id=attrs.get(RUN_ID),
+                    job_name=name,
                     infrastructure=True,
                 )
                 continue
             self.progress.say(f"trial {frozen.number}: re-attaching to job {name}")
-            self.launch(trial, adopted=frozen)
+            self.launch(trial, adopted=frozen, existing_run=run)
 
     def _orphaned(self, frozen: Any) -> bool:
         owner = str(frozen.user_attrs.get(OWNER, ""))
@@ -596,35 +585,49 @@ class Launcher:
         pid, _, start = rest.partition(":")
         return not process_alive(int(pid), start)
 
-    def close_orphaned_child_runs(self) -> None:
-        """Child runs left RUNNING although their trial has finished (a crash between the two)."""
+    def reconcile_finished_trials(self, children: dict[str, tuple[str, str]]) -> None:
+        """Give every finished trial a closed run: a crash may have dropped queued calls."""
         from optuna.trial import TrialState
 
-        running = self.tracking.running_children(self.parent_run_id)
-        if not running:
-            return
-        by_run = {t.user_attrs.get(RUN_ID): t for t in self.study.get_trials(deepcopy=False)}
-        for run_id, job_name in running.items():
-            trial = by_run.get(run_id)
-            if trial is None or trial.state in (TrialState.RUNNING, TrialState.WAITING):
+        finished = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+        for trial in self.study.get_trials(deepcopy=False, states=finished):
+            name = trial.user_attrs.get(JOB_NAME)
+            run_id, status = children.get(name, (None, "")) if name else (None, "")
+            if name is None or status in TRIAL_STATE_TO_RUN_STATUS.values():
                 continue
-            status = TRIAL_STATE_TO_RUN_STATUS.get(trial.state.name, "FAILED")
-            handle = self.backend.find(job_name) if job_name else None
+            try:
+                spec = self.trial_spec(trial.params, trial.number, name)
+            except UserError:
+                continue  # a trial the schema rejected never had a run
+            tracker = self.tracking.tracker
+            if run_id is None:
+                run_id = tracker.create_run(
+                    self.record(trial.params, spec),
+                    run_name=f"trial-{trial.number}",
+                    parent_run_id=self.parent_run_id,
+                    extra_tags={
+                        "paiexp.trial_number": str(trial.number),
+                        "paiexp.sweep_id": self.sweep_id,
+                    },
+                )
+                tracker.log_record(run_id, self.record(trial.params, spec))
+            self.tracking.runs[name] = run_id
+            handle = self.backend.find(name)
+            reason = trial.user_attrs.get(REASON)
+            tags = {"paiexp.trial_state": trial.state.name}
             if handle is None:
-                self.tracking.tracker.set_tags(run_id, {"paiexp.trial_state": trial.state.name})
-                self.tracking.client.set_terminated(run_id, status=status)
+                tracker.fail(run_id, reason or "the job was never submitted")
                 continue
-            spec, _ = self.trial_job(trial, job_name)
-            monitor = JobMonitor(self.backend, handle, spec, self.log_root / f"{job_name}.log")
+            monitor = JobMonitor(self.backend, handle, spec, self.log_root / f"{name}.log")
             job_status = self.backend.poll([handle])[handle.id]
             monitor.pull(final=True)
-            self.tracking.tracker.finish(
+            tracker.finish(
                 run_id,
                 monitor.result(job_status),
                 unlogged=monitor.take_unlogged(),
-                status=status,
-                reason=trial.user_attrs.get(REASON),
-                extra_tags={"paiexp.trial_state": trial.state.name},
+                status=TRIAL_STATE_TO_RUN_STATUS[trial.state.name],
+                reason=reason,
+                extra_tags=tags,
             )
 
 

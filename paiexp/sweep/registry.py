@@ -11,6 +11,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+import yaml
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -24,23 +25,20 @@ def available_sweeps(sweeps_dir: Path) -> list[str]:
     return sorted(path.stem for path in sweeps_dir.glob("*.yaml"))
 
 
-def register_sweeps(sweeps_dir: Path) -> None:
-    store = ConfigStore.instance()
-    for path in sorted(sweeps_dir.glob("*.yaml")):
-        store.store(group="sweep", name=path.stem, node=_load(path), package="_global_")
+def register_selected_sweep(overrides: Sequence[str], sweeps_dir: Path) -> None:
+    """Register the sweep ``+sweep=NAME`` selects; a clear error when none fits.
 
-
-def check_selection(overrides: Sequence[str], sweeps_dir: Path) -> None:
-    """A clear error for ``+sweep=NAME`` naming no sweep file, or ``sweep.x=`` without one."""
+    Only the selected file is read, so a broken file elsewhere in sweeps/ does not get in the
+    way of other sweeps or of single runs.
+    """
     names = available_sweeps(sweeps_dir)
     listed = ", ".join(names) if names else f"none (no *.yaml in {sweeps_dir})"
-    selected = False
-    for override in overrides:
-        match = SWEEP_SELECTION.match(override)
-        if match:
-            selected = True
-            if match.group("name") not in names:
-                raise UserError(f"sweep={match.group('name')}: no such sweep; available: {listed}")
+    selected = [m.group("name") for m in map(SWEEP_SELECTION.match, overrides) if m]
+    for name in selected:
+        if name not in names:
+            raise UserError(f"sweep={name}: no such sweep; available: {listed}")
+        path = sweeps_dir / f"{name}.yaml"
+        ConfigStore.instance().store(group="sweep", name=name, node=_load(path), package="_global_")
     for override in overrides:
         if override.lstrip("+~").startswith("sweep.") and not selected:
             key = override.lstrip("+~").split("=", 1)[0]
@@ -50,8 +48,9 @@ def check_selection(overrides: Sequence[str], sweeps_dir: Path) -> None:
 def _load(path: Path) -> DictConfig:
     try:
         node = OmegaConf.load(path)
-    except (OmegaConfBaseException, OSError, ValueError) as exc:
-        raise UserError(f"{path}: not a valid YAML config: {exc}") from None
+    except (OmegaConfBaseException, OSError, ValueError, yaml.YAMLError) as exc:
+        problem = " ".join(str(exc).split())
+        raise UserError(f"{path}: not a valid YAML config: {problem}") from None
     if not isinstance(node, DictConfig) or not isinstance(node.get("sweep"), DictConfig):
         raise UserError(f"{path}: a sweep file needs a top-level 'sweep:' mapping")
     if "name" not in node.sweep:

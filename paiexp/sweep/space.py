@@ -20,6 +20,7 @@ Parsing needs no Optuna; :meth:`SearchSpace.distributions` builds Optuna's objec
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -71,6 +72,7 @@ class FixedParam:
 
 Param = FloatParam | IntParam | CategoricalParam | FixedParam
 SWEPT_PREFIXES = ("job.", "backend.")
+STRUCTURED_KEYS = {"type", "low", "high", "log", "step", "choices"}
 
 
 @dataclass(frozen=True)
@@ -121,9 +123,14 @@ class SearchSpace:
 
 
 def parse_space(params: Mapping[str, Any]) -> SearchSpace:
-    """Parse ``sweep.params``; a bad entry is a UserError naming ``sweep.params.NAME``."""
+    """Parse ``sweep.params``; a bad entry is a UserError naming ``sweep.params.NAME``.
+
+    A mapping without any structured key (type, low, high, ...) nests names:
+    ``{job: {instance_type: ...}}`` is the parameter ``job.instance_type`` (what Hydra makes
+    of ``+sweep.params.job.instance_type=...``).
+    """
     parsed: dict[str, Param] = {}
-    for name, value in params.items():
+    for name, value in _flatten(params).items():
         key = f"sweep.params.{name}"
         if isinstance(value, Mapping):
             parsed[name] = _structured(key, value)
@@ -141,6 +148,16 @@ def parse_space(params: Mapping[str, Any]) -> SearchSpace:
             "sweep.params: nothing to search; give at least one range, interval or choice"
         )
     return SearchSpace(parsed)
+
+
+def _flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for name, value in params.items():
+        if isinstance(value, Mapping) and not STRUCTURED_KEYS & set(value):
+            flat.update(_flatten(value, f"{prefix}{name}."))
+        else:
+            flat[f"{prefix}{name}"] = value
+    return flat
 
 
 def _structured(key: str, spec: Mapping[str, Any]) -> Param:
@@ -166,9 +183,10 @@ def _structured(key: str, spec: Mapping[str, Any]) -> Param:
     for bound in ("low", "high"):
         if not isinstance(spec.get(bound), int | float) or isinstance(spec.get(bound), bool):
             raise UserError(f"{key}.{bound}: needs a number")
-    return _numeric(
-        key, kind, spec["low"], spec["high"], bool(spec.get("log", False)), spec.get("step")
-    )
+    log = spec.get("log", False)
+    if not isinstance(log, bool):
+        raise UserError(f"{key}.log: invalid value {log!r}; expected true or false")
+    return _numeric(key, kind, spec["low"], spec["high"], log, spec.get("step"))
 
 
 def _numeric(key: str, kind: str, low: Any, high: Any, log: bool, step: Any) -> Param:
@@ -192,12 +210,16 @@ def _numeric(key: str, kind: str, low: Any, high: Any, log: bool, step: Any) -> 
 def _from_string(key: str, text: str) -> Param:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
-    from hydra.errors import OverrideParseException
+    from hydra.errors import HydraException, OverrideParseException
 
     try:
         override = OverridesParser.create().parse_override(f"param={text}")
-    except OverrideParseException:
+    except OverrideParseException as exc:
+        if re.match(r"^\s*(tag|int|float|interval|range|choice|shuffle)\s*\(", text):
+            raise UserError(f"{key}: cannot parse {text!r}: {_one_line(exc)}") from None
         return FixedParam(text)  # a plain string value
+    except HydraException as exc:  # e.g. interval(0.1): a sweep function's arguments
+        raise UserError(f"{key}: {text!r}: {_one_line(exc)}") from None
     sweep = override.value()
     if isinstance(sweep, ChoiceSweep):
         return CategoricalParam(tuple(_scalar(key, choice) for choice in sweep.list))
@@ -217,13 +239,18 @@ def _scalar(key: str, value: Any) -> Scalar:
     raise UserError(f"{key}: {value!r} is not a scalar, a range, an interval or a choice")
 
 
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())
+
+
 def _range(key: str, sweep: Any) -> Param:
     start, stop, step = sweep.start, sweep.stop, sweep.step
     if sweep.shuffle:
         raise UserError(f"{key}: shuffle(range(...)) has no meaning for a sampler; drop shuffle")
     if step <= 0:
         raise UserError(f"{key}: range step must be > 0, got {step}")
-    count = math.ceil((stop - start) / step)  # Python's range: stop excluded
+    # Python's range: stop excluded; the tolerance keeps float rounding from including it
+    count = math.ceil((stop - start) / step - 1e-9)
     if count <= 0:
         raise UserError(f"{key}: range({start}, {stop}, {step}) is empty")
     last = start + (count - 1) * step

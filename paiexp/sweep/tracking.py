@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from paiexp.record import RunRecord
 from paiexp.tracking import MlflowTracker
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ class SweepTracker:
         self.client = tracker.client
         self.worker = TrackingWorker()
         self._best_run_id: str | None = None
+        self.runs: dict[str, str] = {}  # job name -> run id, filled by the worker
 
     # -- parent ----------------------------------------------------------------------------
 
@@ -106,11 +108,12 @@ class SweepTracker:
         metrics: Mapping[str, float],
         step: int,
         tags: Mapping[str, str],
-        best_run_id: str | None,
+        best_job: str | None,
     ) -> None:
         def call() -> None:
             from mlflow.entities import Metric, RunTag
 
+            best_run_id = self.runs.get(best_job) if best_job else None
             now = _now_ms()
             self.client.log_batch(
                 parent_run_id,
@@ -134,27 +137,48 @@ class SweepTracker:
         self.client.set_terminated(parent_run_id, status=status)
 
     # -- children --------------------------------------------------------------------------
+    # A child run is found by its job name (a tag), which the trial records before its job
+    # exists; so runs can be created off the launcher's path, on the worker.
 
-    def find_child(self, parent_run_id: str, job_name: str) -> str | None:
+    def children(self, parent_run_id: str) -> dict[str, tuple[str, str]]:
+        """The parent's child runs: job name -> (run id, status)."""
         found = self.client.search_runs(
             [self.tracker.experiment_id],
-            filter_string=(
-                f"tags.`mlflow.parentRunId` = '{parent_run_id}' "
-                f"and tags.`paiexp.job_name` = '{job_name}'"
-            ),
-            max_results=1,
+            filter_string=f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
+            max_results=50000,
         )
-        return str(found[0].info.run_id) if found else None
+        return {
+            r.data.tags.get("paiexp.job_name", ""): (str(r.info.run_id), str(r.info.status))
+            for r in found
+        }
 
-    def running_children(self, parent_run_id: str) -> dict[str, str]:
-        """Child runs still RUNNING: run id -> job name."""
-        found = self.client.search_runs(
-            [self.tracker.experiment_id],
-            filter_string=f"tags.`mlflow.parentRunId` = '{parent_run_id}' "
-            "and attributes.status = 'RUNNING'",
-            max_results=10000,
-        )
-        return {str(r.info.run_id): r.data.tags.get("paiexp.job_name", "") for r in found}
+    def start_child(
+        self,
+        parent_run_id: str,
+        job_name: str,
+        make_record: Callable[[], RunRecord],
+        tags: Mapping[str, str],
+        *,
+        existing: str | None = None,
+    ) -> None:
+        """Create (or, for ``existing``, reuse) a trial's run and log its record, on the worker."""
+
+        def call() -> None:
+            record = make_record()
+            run_id = existing or self.tracker.create_run(
+                record,
+                run_name=str(tags.get("mlflow.runName", job_name)),
+                parent_run_id=parent_run_id,
+                extra_tags=tags,
+            )
+            self.runs[job_name] = run_id
+            self.tracker.log_record(run_id, record)
+
+        self.worker.submit(call)
+
+    def finish_child(self, job_name: str, finish: Callable[[MlflowTracker, str], None]) -> None:
+        """Close a trial's run (after :meth:`start_child`, on the same worker)."""
+        self.worker.submit(lambda: finish(self.tracker, self.runs[job_name]))
 
 
 def _now_ms() -> int:

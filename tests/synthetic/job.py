@@ -1,0 +1,32 @@
+"""A synthetic training job for sweep tests, written against the PAI contract only.
+
+Hyperparameters (PAI_HPS): x (the objective is x**2), duration (seconds, spread over
+`steps` per-step lines `loss=...`), fail ("true" -> exit 3), nan ("true" -> prints nan),
+silent ("true" -> never prints the objective). Every execution appends its working
+directory to the file named by $LEDGER, so tests can count executions.
+"""
+
+import json
+import os
+import sys
+import time
+
+hps = json.loads(os.environ["PAI_HPS"])
+x = float(hps.get("x", 0))
+duration = float(hps.get("duration", 0.5))
+steps = int(hps.get("steps", 5))
+
+ledger = os.environ.get("LEDGER")
+if ledger:
+    with open(ledger, "a") as stream:
+        stream.write(os.environ["PAI_WORKING_DIR"] + "\n")
+
+for step in range(steps):
+    time.sleep(duration / steps)
+    print(f"loss={x * x + 1.0 / (step + 1):.6f}", flush=True)
+
+if hps.get("fail") == "true":
+    print("something went wrong", file=sys.stderr)
+    sys.exit(3)
+if hps.get("silent") != "true":
+    print(f"score={'nan' if hps.get('nan') == 'true' else repr(x * x)}", flush=True)

@@ -1,0 +1,316 @@
+"""The CLI's bad-input contract for sweeps: one line on stderr, exit code 2, nothing started.
+
+Every case runs ``python -m paiexp +sweep=...`` in a copy of the project (conf/, examples/ and
+sweeps/) and checks that no MLflow store, job directory or Optuna journal was created.  None
+of them runs a training job: each is rejected before the first trial.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO
+
+ERROR_PREFIX = "paiexp: error: "
+LEFTOVERS = ("mlflow.db", ".paiexp", "mlruns", "optuna.journal")
+HEAVY_MODULES = ("optuna", "mlflow", "docker", "alibabacloud_paistudio20220112", "oss2")
+MARKER = "PAIEXP-SWEEP-IMPORT-CHECK-DONE"
+TIMEOUT = 120
+
+MULTI_OBJECTIVE_WITH_PRUNER = """\
+sweep:
+  objective:
+    - {metric: test-auc, direction: maximize}
+    - {metric: validation-logloss, direction: minimize}
+  params:
+    max_depth: int(interval(2, 4))
+  pruner:
+    name: median
+"""
+NO_SWEEP_NODE = """\
+objective: {metric: test-auc, direction: maximize}
+params:
+  max_depth: int(interval(2, 4))
+"""
+SWEEP_NODE_IS_A_LIST = "sweep: [1, 2]\n"
+INVALID_YAML = "sweep: [\n"
+DOTTED_KEY_TYPO = """\
+sweep:
+  objective: {metric: test-auc, direction: maximize}
+  params:
+    job.instance_typo: choice(a, b)
+"""
+
+
+def make_project(directory: Path, sweep_files: Mapping[str, str] | None = None) -> Path:
+    """A copy of conf/, examples/ and sweeps/, plus extra ``sweeps/NAME.yaml`` files."""
+    for name in ("conf", "examples", "sweeps"):
+        shutil.copytree(REPO / name, directory / name)
+    for name, text in (sweep_files or {}).items():
+        (directory / "sweeps" / f"{name}.yaml").write_text(text)
+    return directory
+
+
+def clean_env() -> dict[str, str]:
+    return {key: value for key, value in os.environ.items() if not key.startswith("MLFLOW_")}
+
+
+def run_paiexp(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "paiexp", *args],
+        cwd=cwd,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+
+
+def assert_nothing_started(directory: Path) -> None:
+    for name in LEFTOVERS:
+        assert not (directory / name).exists(), f"{name} was created in {directory}"
+
+
+def assert_one_line_error(done: subprocess.CompletedProcess[str]) -> str:
+    """The error line, after checking the whole contract but its content."""
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "Traceback" not in done.stdout, done.stdout
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, f"expected one stderr line, got:\n{done.stderr}"
+    line = lines[0]
+    assert line.startswith(ERROR_PREFIX), line
+    assert line[len(ERROR_PREFIX) :].strip(), line
+    assert done.returncode == 2, done.stderr
+    return line
+
+
+@dataclass(frozen=True)
+class Case:
+    args: tuple[str, ...]
+    mentions: tuple[str, ...]
+    absent: tuple[str, ...] = ()
+    files: Mapping[str, str] = field(default_factory=dict)
+
+
+def case(
+    *args: str,
+    mentions: tuple[str, ...],
+    absent: tuple[str, ...] = (),
+    files: Mapping[str, str] | None = None,
+) -> Case:
+    return Case(args=args, mentions=mentions, absent=absent, files=files or {})
+
+
+def bug(reason: str) -> pytest.MarkDecorator:
+    return pytest.mark.xfail(strict=True, reason=reason)
+
+
+CASES = {
+    # selecting a sweep
+    "unknown-sweep": case("+sweep=nope", mentions=("sweep=nope", "no such sweep", "xgb")),
+    "sweep-key-without-sweep": case(
+        "sweep.n_trials=3", mentions=("sweep.n_trials", "+sweep=", "xgb")
+    ),
+    "sweep-file-without-sweep-node": case(
+        "+sweep=broken",
+        mentions=("broken.yaml", "sweep:"),
+        files={"broken": NO_SWEEP_NODE},
+    ),
+    "sweep-node-is-a-list": case(
+        "+sweep=listed",
+        mentions=("listed.yaml", "sweep:"),
+        files={"listed": SWEEP_NODE_IS_A_LIST},
+    ),
+    "invalid-yaml-sweep-file": case(
+        "+sweep=garbled", mentions=("garbled.yaml",), files={"garbled": INVALID_YAML}
+    ),
+    "unknown-sweep-key": case(
+        "+sweep=xgb", "sweep.nope=1", mentions=("sweep.nope", "unknown key", "n_trials")
+    ),
+    # objective
+    "unknown-objective-metric": case(
+        "+sweep=xgb",
+        "sweep.objective.metric=nope",
+        mentions=("sweep.objective.metric", "'nope'", "test-auc", "validation-logloss"),
+    ),
+    "bad-objective-direction": case(
+        "+sweep=xgb",
+        "sweep.objective.direction=up",
+        mentions=("sweep.objective.direction", "'up'", "minimize", "maximize"),
+    ),
+    # sampler and pruner
+    "unknown-sampler": case(
+        "+sweep=xgb",
+        "sweep.sampler.name=nope",
+        mentions=("sweep.sampler.name", "'nope'", "tpe", "random"),
+    ),
+    "unknown-pruner": case(
+        "+sweep=xgb",
+        "sweep.pruner.name=nope",
+        mentions=("sweep.pruner.name", "'nope'", "median", "none"),
+    ),
+    "unknown-pruner-metric": case(
+        "+sweep=xgb", "sweep.pruner.metric=nope", mentions=("sweep.pruner.metric", "'nope'")
+    ),
+    "bad-pruner-direction": case(
+        "+sweep=xgb",
+        "sweep.pruner.direction=up",
+        mentions=("sweep.pruner.direction", "'up'", "minimize"),
+    ),
+    "multi-objective-with-pruner": case(
+        "+sweep=multi",
+        mentions=("sweep.pruner.name", "multi-objective", "none"),
+        files={"multi": MULTI_OBJECTIVE_WITH_PRUNER},
+    ),
+    # scalar settings
+    "parallelism-zero": case(
+        "+sweep=xgb", "sweep.parallelism=0", mentions=("sweep.parallelism", ">= 1", "0")
+    ),
+    "n-trials-zero": case(
+        "+sweep=xgb", "sweep.n_trials=0", mentions=("sweep.n_trials", ">= 1", "0")
+    ),
+    "n-trials-not-a-number": case(
+        "+sweep=xgb", "sweep.n_trials=abc", mentions=("sweep.n_trials", "abc")
+    ),
+    "retries-negative": case(
+        "+sweep=xgb", "sweep.retries=-1", mentions=("sweep.retries", ">= 0", "-1")
+    ),
+    "max-failures-zero": case(
+        "+sweep=xgb", "sweep.max_failures=0", mentions=("sweep.max_failures", ">= 1")
+    ),
+    "on-interrupt": case(
+        "+sweep=xgb",
+        "sweep.on_interrupt=maybe",
+        mentions=("sweep.on_interrupt", "'maybe'", "stop", "detach"),
+    ),
+    "timeout-zero": case("+sweep=xgb", "sweep.timeout=0", mentions=("sweep.timeout", "> 0")),
+    # the search space
+    "empty-range": case(
+        "+sweep=xgb",
+        "sweep.params.max_depth='range(5,5)'",
+        mentions=("sweep.params.max_depth", "range(5, 5", "empty"),
+    ),
+    "list-param": case(
+        "+sweep=xgb",
+        "sweep.params.max_depth=[1,2]",
+        mentions=("sweep.params.max_depth", "choice("),
+    ),
+    "param-function-wrong-arguments": case(
+        "+sweep=xgb",
+        "sweep.params.max_depth='interval(0.1)'",
+        mentions=("sweep.params.max_depth", "interval(0.1)"),
+    ),
+    "job-key-typo-unquoted": case(
+        "+sweep=xgb",
+        "+sweep.params.job.instance_typo=choice(a,b)",
+        mentions=("sweep.params.job.instance_typo",),
+    ),
+    "unquoted-sweep-value-advice": case(
+        "+sweep=xgb",
+        "sweep.params.max_depth=range(2,5)",
+        mentions=("sweep.params.max_depth",),
+        absent=("--multirun",),
+    ),
+    "job-key-typo-dotted-override": case(
+        "+sweep=xgb",
+        "+sweep.params.job.instance_typo='choice(a,b)'",
+        mentions=("instance_typo",),
+    ),
+    "job-key-typo-flat-mapping": case(
+        "+sweep=xgb",
+        "+sweep.params={job.instance_typo: 'choice(a,b)'}",
+        mentions=("sweep.params.job.instance_typo", "unknown key", "instance_type"),
+    ),
+    "job-key-typo-in-sweep-file": case(
+        "+sweep=dotted",
+        mentions=("sweep.params.job.instance_typo", "unknown key", "instance_type"),
+        files={"dotted": DOTTED_KEY_TYPO},
+    ),
+    "enqueue-unknown-param": case(
+        "+sweep=xgb",
+        "+sweep.enqueue=[{nope: 1}]",
+        mentions=("sweep.enqueue[0]", "'nope'", "max_depth"),
+    ),
+}
+
+
+def _params() -> list:
+    """Each case as a pytest param whose id is its key (xfail marks kept)."""
+    params = []
+    for case_id, value in CASES.items():
+        if isinstance(value, Case):
+            value = pytest.param(value)
+        params.append(pytest.param(*value.values, marks=value.marks, id=case_id))
+    return params
+
+
+@pytest.mark.parametrize("bad", _params())
+def test_bad_sweep_is_one_line_exit_2_and_starts_nothing(tmp_path: Path, bad: Case) -> None:
+    cwd = make_project(tmp_path, bad.files)
+    done = run_paiexp(cwd, *bad.args)
+
+    line = assert_one_line_error(done)
+    for text in bad.mentions:
+        assert text in line, f"{text!r} not in {line!r}"
+    for text in bad.absent:
+        assert text not in line, f"{text!r} in {line!r}"
+    assert_nothing_started(tmp_path)
+
+
+def test_cfg_job_prints_the_sweep_node(tmp_path: Path) -> None:
+    cwd = make_project(tmp_path)
+    done = run_paiexp(cwd, "+sweep=xgb", "--cfg", "job")
+
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "objective" in done.stdout
+    assert "n_trials: 30" in done.stdout
+    data = yaml.safe_load(done.stdout)
+    sweep = data["sweep"]
+    assert sweep["name"] == "xgb"
+    assert sweep["objective"] == {"metric": "test-auc", "direction": "maximize"}
+    assert sweep["params"]["n_estimators"] == "range(50, 301, 50)"
+    assert data["job"]["name"] == "xgb-breast-cancer"
+    assert_nothing_started(tmp_path)
+
+
+def test_bad_sweep_does_not_import_optuna_or_mlflow(tmp_path: Path) -> None:
+    cwd = make_project(tmp_path)
+    script = textwrap.dedent(
+        f"""
+        import os, sys
+        os.chdir({str(cwd)!r})
+        from paiexp.cli import main
+
+        assert main(["+sweep=xgb", "sweep.sampler.name=nope"]) == 2
+        heavy = {HEAVY_MODULES!r}
+        loaded = sorted(
+            name for name in sys.modules
+            if any(name == h or name.startswith(h + ".") for h in heavy)
+        )
+        assert not loaded, f"heavy modules imported: {{loaded}}"
+        print({MARKER!r})
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=cwd,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == MARKER
+    assert done.stderr.startswith(ERROR_PREFIX + "sweep.sampler.name"), done.stderr
+    assert_nothing_started(tmp_path)

@@ -1,0 +1,226 @@
+"""The asynchronous launcher on a synthetic job: pruning, failures, retries, interrupts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import clean_env, run_paiexp
+from sweep_helpers import load_study, sweep_runs, synthetic_project
+
+from paiexp.backends.local import process_alive, read_json
+
+
+def jobs_dir(root: Path) -> Path:
+    return root / ".paiexp" / "jobs"
+
+
+def job_state(root: Path, name: str) -> dict:
+    return read_json(jobs_dir(root) / name / "state.json")
+
+
+def gone(pid: int) -> bool:
+    return not process_alive(pid, None)
+
+
+def start_sweep(root: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "paiexp", "+sweep=syn", *args],
+        cwd=root,
+        env=env or clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_until(predicate, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
+def running_jobs(root: Path) -> list[Path]:
+    if not jobs_dir(root).exists():
+        return []
+    states = {d: read_json(d / "state.json") for d in jobs_dir(root).iterdir()}
+    return [d for d, s in states.items() if s and s["state"] == "RUNNING" and "pgid" in s]
+
+
+def test_bad_trials_are_pruned_and_their_jobs_stopped(tmp_path: Path) -> None:
+    root = synthetic_project(
+        tmp_path,
+        {
+            "params": {"x": "interval(-3, 3)", "duration": 4.0, "steps": 20},
+            "n_trials": 3,
+            "parallelism": 1,
+            "sampler": {"name": "random", "seed": 0},
+            "pruner": {
+                "name": "median",
+                "metric": "loss",
+                "direction": "minimize",
+                "options": {"n_startup_trials": 2, "n_warmup_steps": 1},
+            },
+            "enqueue": [{"x": 0.0}, {"x": 0.1}, {"x": 2.9}],
+        },
+    )
+    result = run_paiexp(root, "+sweep=syn")
+    assert result.returncode == 0, result.stderr
+    study = load_study(root)
+    states = [t.state.name for t in study.trials]
+    assert states == ["COMPLETE", "COMPLETE", "PRUNED"]
+    pruned = study.trials[2]
+    name = pruned.user_attrs["paiexp:job_name"]
+    state = job_state(root, name)
+    assert state["state"] == "STOPPED"
+    assert state["ended_at"] - state["started_at"] < 3.0  # stopped well before its 4 s
+    assert gone(state["pgid"])
+    assert max(pruned.intermediate_values) >= 1
+    _, children = sweep_runs(root)
+    by_trial = {c.data.tags["paiexp.trial_number"]: c for c in children}
+    assert by_trial["2"].info.status == "KILLED"
+    assert by_trial["2"].data.tags["paiexp.trial_state"] == "PRUNED"
+    assert by_trial["0"].info.status == "FINISHED"
+
+
+def test_failures_are_reported_and_max_failures_stops_the_sweep(tmp_path: Path) -> None:
+    root = synthetic_project(
+        tmp_path,
+        {
+            "params": {"x": "interval(-1, 1)", "fail": True, "duration": 0.1},
+            "n_trials": 6,
+            "parallelism": 1,
+            "max_failures": 2,
+        },
+    )
+    result = run_paiexp(root, "+sweep=syn")
+    assert result.returncode == 1
+    assert "sweep.max_failures=2" in result.stderr
+    study = load_study(root)
+    assert [t.state.name for t in study.trials] == ["FAIL", "FAIL"]
+    assert study.trials[0].user_attrs["paiexp:failure_reason"] == "command exited with code 3"
+    _, children = sweep_runs(root)
+    assert {c.info.status for c in children} == {"FAILED"}
+    assert all("something went wrong" in c.data.tags["paiexp.log_tail"] for c in children)
+
+
+@pytest.mark.parametrize(
+    ("fixed", "reason"),
+    [
+        ({"silent": True}, "objective metric 'score' never matched regex"),
+        ({"nan": True}, "objective metric 'score' is NaN"),
+    ],
+    ids=["never-matched", "nan"],
+)
+def test_an_unusable_objective_fails_the_trial(tmp_path: Path, fixed: dict, reason: str) -> None:
+    root = synthetic_project(
+        tmp_path,
+        {
+            "params": {"x": "interval(-1, 1)", "duration": 0.1, **fixed},
+            "n_trials": 2,
+        },
+    )
+    result = run_paiexp(root, "+sweep=syn")
+    study = load_study(root)
+    assert [t.state.name for t in study.trials] == ["FAIL", "FAIL"]
+    message = study.trials[0].user_attrs["paiexp:failure_reason"]
+    assert message.startswith(reason)
+    if "never matched" in reason:
+        assert "score=(" in message and "loss=" in message  # the regex and the log tail
+    assert result.returncode == 0  # failed trials do not fail a sweep without max_failures
+
+
+def test_a_job_lost_to_the_platform_is_retried(tmp_path: Path) -> None:
+    root = synthetic_project(
+        tmp_path,
+        {
+            "params": {"x": "interval(-1, 1)", "duration": 3.0},
+            "n_trials": 2,
+            "parallelism": 1,
+            "retries": 1,
+        },
+    )
+    launcher = start_sweep(root)
+    wait_until(lambda: bool(running_jobs(root)))
+    (victim,) = running_jobs(root)
+    os.kill(read_json(victim / "launch.json")["runner_pid"], signal.SIGKILL)
+    _out, err = launcher.communicate(timeout=120)
+    assert launcher.returncode == 0, err
+    study = load_study(root)
+    states = [(t.state.name, bool(t.user_attrs.get("paiexp:retried"))) for t in study.trials]
+    assert states == [("FAIL", True), ("COMPLETE", False), ("COMPLETE", False)]
+    assert study.trials[0].user_attrs["paiexp:failure_reason"] == "the job's runner process died"
+    assert study.trials[1].params == study.trials[0].params
+    assert study.trials[1].user_attrs["paiexp:attempt"] == 1
+
+
+def test_ctrl_c_stops_jobs_and_a_rerun_finishes_the_study(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.txt"
+    root = synthetic_project(
+        tmp_path,
+        {
+            "params": {"x": "interval(-1, 1)", "duration": 20.0, "steps": 40},
+            "n_trials": 3,
+        },
+    )
+    env = clean_env(LEDGER=str(ledger))
+    launcher = start_sweep(root, env=env)
+    wait_until(lambda: len(running_jobs(root)) == 2)
+    stopped = [read_json(d / "state.json")["pgid"] for d in running_jobs(root)]
+    launcher.send_signal(signal.SIGINT)
+    _out, err = launcher.communicate(timeout=60)
+    assert launcher.returncode == 130, err
+    assert "interrupted" in err
+    assert all(gone(pgid) for pgid in stopped)
+    study = load_study(root)
+    # the interrupted trials failed, and their points wait to run again
+    assert [t.state.name for t in study.trials] == ["FAIL", "FAIL", "WAITING", "WAITING"]
+    assert all(t.user_attrs["paiexp:retried"] for t in study.trials[:2])
+
+    rerun = run_paiexp(
+        root, "+sweep=syn", "job.hyperparameters.duration=0.3", "sweep.params.duration=0.3", env=env
+    )
+    assert rerun.returncode == 0, rerun.stderr
+    study = load_study(root)
+    complete = [t for t in study.trials if t.state.name == "COMPLETE"]
+    assert len(complete) == 3
+    # the interrupted points ran again (they are not lost), then one new one
+    assert {t.params["x"] for t in study.trials[:2]} <= {t.params["x"] for t in complete}
+    parents, children = sweep_runs(root)
+    assert len(parents) == 1 and len(children) == 5
+    assert sorted(c.info.status for c in children).count("KILLED") == 0
+
+
+def test_ctrl_c_with_detach_leaves_jobs_running_for_the_next_launch(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.txt"
+    root = synthetic_project(
+        tmp_path,
+        {
+            "params": {"x": "interval(-1, 1)", "duration": 3.0},
+            "n_trials": 3,
+            "on_interrupt": "detach",
+        },
+    )
+    env = clean_env(LEDGER=str(ledger))
+    launcher = start_sweep(root, env=env)
+    wait_until(lambda: len(running_jobs(root)) == 2)
+    launcher.send_signal(signal.SIGINT)
+    _, err = launcher.communicate(timeout=60)
+    assert launcher.returncode == 130, err
+    assert len(running_jobs(root)) == 2  # still running, detached
+    assert [t.state.name for t in load_study(root).trials] == ["RUNNING", "RUNNING"]
+
+    rerun = run_paiexp(root, "+sweep=syn", env=env)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "re-attaching" in rerun.stderr
+    study = load_study(root)
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3
+    lines = ledger.read_text().splitlines()
+    assert len(lines) == 3 == len(set(lines))  # no job ran twice
+    assert len(sweep_runs(root)[1]) == 3

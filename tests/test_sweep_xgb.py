@@ -1,0 +1,52 @@
+"""The main job: `python -m paiexp +sweep=xgb` from a fresh copy, continued and extended."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import REPO, run_paiexp
+from sweep_helpers import load_study, sweep_runs
+
+pytestmark = pytest.mark.slow
+
+
+def test_xgb_sweep_runs_continues_and_extends(tmp_path: Path) -> None:
+    for name in ("conf", "examples", "sweeps"):
+        shutil.copytree(REPO / name, tmp_path / name)
+
+    first = run_paiexp(tmp_path, "+sweep=xgb", "sweep.n_trials=6")
+    assert first.returncode == 0, first.stderr
+    study = load_study(tmp_path, "xgb")
+    assert len(study.trials) == 6
+    assert all(t.state.is_finished() for t in study.trials)
+    parents, children = sweep_runs(tmp_path)
+    assert len(parents) == 1 and len(children) == 6
+    (parent,) = parents
+    assert parent.info.status == "FINISHED"
+    assert parent.data.metrics["best_test-auc"] == study.best_value
+    assert parent.data.tags["paiexp.best_trial"] == str(study.best_trial.number)
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
+    best_runs = [c for c in children if c.data.tags.get("paiexp.best") == "true"]
+    assert [r.data.tags["paiexp.trial_number"] for r in best_runs] == [str(study.best_trial.number)]
+    for child in children:
+        state = child.data.tags["paiexp.trial_state"]
+        assert child.info.status == {"COMPLETE": "FINISHED", "PRUNED": "KILLED"}[state]
+        assert "max_depth" in child.data.params and "paiexp.model_uri" in child.data.tags
+    assert "top trials" in first.stderr and "optuna-dashboard" in first.stderr
+
+    again = run_paiexp(tmp_path, "+sweep=xgb", "sweep.n_trials=6")
+    assert again.returncode == 0, again.stderr
+    assert len(load_study(tmp_path, "xgb").trials) == 6
+    assert len(sweep_runs(tmp_path)[1]) == 6
+
+    more = run_paiexp(tmp_path, "+sweep=xgb", "sweep.n_trials=8")
+    assert more.returncode == 0, more.stderr
+    study = load_study(tmp_path, "xgb")
+    assert len(study.trials) == 8
+    parents, children = sweep_runs(tmp_path)
+    assert len(parents) == 1 and len(children) == 8
+    assert parents[0].data.metrics["best_test-auc"] == study.best_value
+    # A resumed, seeded sampler proposes new points rather than replaying the first ones.
+    assert len({tuple(sorted(t.params.items())) for t in study.trials}) == 8
