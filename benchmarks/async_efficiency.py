@@ -74,8 +74,7 @@ def run_paiexp(root: Path) -> float:
     cfg = compose_config(project, ["+sweep=sleep"])
     config = to_object(cfg)
     prepared = prepare_sweep(cfg, config, project.base_dir, ("+sweep=sleep",))
-    tracker = open_tracker(config)
-    launcher = Launcher(prepared, tracker, Progress(JOBS, prepared.objectives))
+    launcher = Launcher(prepared, lambda: open_tracker(config), Progress(JOBS, prepared.objectives))
     marks: dict[str, float] = {}
     loop = launcher.loop
 

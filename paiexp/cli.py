@@ -11,7 +11,6 @@ A user mistake is one line on stderr and exit code 2, before any job or run exis
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
@@ -119,7 +118,6 @@ def attach_command(argv: Sequence[str]) -> int:
 
     project = locate_project(args.config_dir, args.config_name)
     tracker = open_tracker(to_object(compose(project, [])))
-    _quiet_libraries()
     run_id, result = attach(tracker, args.job_name, echo=None if args.quiet else print)
     if result is None:
         return 0
@@ -141,7 +139,6 @@ def _run(job: PreparedJob, *, quiet: bool, extra_tags: dict[str, str] | None = N
     from paiexp.runs import execute, open_tracker, summarize
 
     tracker = open_tracker(job.config)
-    _quiet_libraries()
     run_id, result = execute(job, tracker, echo=None if quiet else print, extra_tags=extra_tags)
     summarize(run_id, result, tracker.uri)
     return 0 if result.status.state.value == "SUCCEEDED" else EXIT_JOB_FAILED
@@ -152,17 +149,10 @@ def _sweep(prepared: PreparedSweep) -> int:
     from paiexp.sweep.launcher import Launcher
     from paiexp.sweep.progress import Progress, print_summary
 
-    tracker = open_tracker(prepared.config)
-    _quiet_libraries()
     progress = Progress(prepared.sweep.n_trials, prepared.objectives)
-    outcome = Launcher(prepared, tracker, progress).run()
+    outcome = Launcher(prepared, lambda: open_tracker(prepared.config), progress).run()
     print_summary(
-        progress.console,
-        outcome,
-        prepared.objectives,
-        tracker.uri,
-        prepared.storage,
-        prepared.study_name,
+        progress.console, outcome, prepared.objectives, prepared.storage, prepared.study_name
     )
     if outcome.interrupted:
         return 130
@@ -176,12 +166,6 @@ def _get_run(tracker: MlflowTracker, run_id: str) -> TrackedRun:
         return tracker.get_run(run_id)
     except MlflowException:
         raise UserError(f"run_id: no MLflow run {run_id!r} in {tracker.uri}") from None
-
-
-def _quiet_libraries() -> None:
-    logging.basicConfig(level=logging.WARNING, format="[%(name)s] %(message)s")
-    for name in ("alembic", "mlflow"):
-        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 COMMANDS = {"rerun": rerun_command, "attach": attach_command}

@@ -8,6 +8,7 @@ hyperparameters and the job's log).  MLflow is imported only when a tracker is c
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -47,6 +48,9 @@ class MlflowTracker:
     def __init__(self, uri: str | None, experiment: str) -> None:
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
         import mlflow
+
+        for name in ("mlflow", "alembic"):  # their set-up chatter is not the user's business
+            logging.getLogger(name).setLevel(logging.WARNING)
         from mlflow.tracking import MlflowClient
 
         self.uri = uri or mlflow.get_tracking_uri()

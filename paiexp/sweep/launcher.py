@@ -26,6 +26,7 @@ import secrets
 import signal
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -138,17 +139,22 @@ class InFlight:
 @dataclass
 class SweepOutcome:
     study: Any
-    parent_run_id: str
     stop_reason: str | None
     interrupted: bool
+    tracker_uri: str | None
     tracking_errors: list[str]
 
 
 class Launcher:
-    def __init__(self, prepared: PreparedSweep, tracker: MlflowTracker, progress: Progress) -> None:
+    def __init__(
+        self,
+        prepared: PreparedSweep,
+        open_tracker: Callable[[], MlflowTracker],
+        progress: Progress,
+    ) -> None:
         self.p = prepared
         self.backend = prepared.backend
-        self.tracking = SweepTracker(tracker)
+        self.tracking = SweepTracker(open_tracker)
         self.progress = progress
         self.inflight: list[InFlight] = []
         self.stop_reason: str | None = None
@@ -221,15 +227,13 @@ class Launcher:
             "sweep.study_name": self.p.study_name,
         }
         params.update({f"space.{n}": p.describe() for n, p in self.p.space.params.items()})
-        known = self.study.user_attrs.get(PARENT_RUN)
-        self.parent_run_id = self.tracking.parent_run(
+        self.tracking.open_parent(
             self.sweep_id,
-            known,
+            self.study.user_attrs.get(PARENT_RUN),
             {"study_name": self.p.study_name, "tags": invocation, "params": params},
+            invocation,
+            remember=lambda run_id: self.study.set_user_attr(PARENT_RUN, run_id),
         )
-        if known != self.parent_run_id:
-            self.study.set_user_attr(PARENT_RUN, self.parent_run_id)
-        self.tracking.resume_parent(self.parent_run_id, invocation)
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -237,24 +241,22 @@ class Launcher:
         self.backend.set_concurrency(self.p.sweep.parallelism)
         self.open_study()
         self.open_parent_run()
-        children = self.tracking.children(self.parent_run_id)
-        self.reconcile_finished_trials(children)
-        self.adopt_running_trials(children)
+        self.tracking.warm_up()
+        finished = [t for t in self.study.get_trials(deepcopy=False) if t.state.is_finished()]
+        if finished:
+            self.tracking.submit(lambda: self.reconcile_finished_trials(finished))
+        self.adopt_running_trials()
         previous = signal.signal(signal.SIGINT, self._on_interrupt)
         try:
             with self.progress.live(self):
                 self.loop()
         finally:
             signal.signal(signal.SIGINT, previous)
-        status = "KILLED" if self.interrupts else "FINISHED"
-        self.tracking.finish_parent(self.parent_run_id, self.study, status)
-        self.tracking.worker.close()
+        self.publish_best()  # the study's best, even if a killed launch lost its last update
+        self.tracking.finish_parent(self.study, interrupted=bool(self.interrupts))
+        uri = self.tracking.close()
         return SweepOutcome(
-            self.study,
-            self.parent_run_id,
-            self.stop_reason,
-            bool(self.interrupts),
-            self.tracking.worker.errors,
+            self.study, self.stop_reason, bool(self.interrupts), uri, self.tracking.worker.errors
         )
 
     def loop(self) -> None:
@@ -292,6 +294,8 @@ class Launcher:
         sweep = self.p.sweep
         if self.interrupts:
             self.stop_reason = "interrupted"
+        elif self.tracking.fatal:
+            self.stop_reason = f"MLflow tracking failed: {self.tracking.fatal}"
         elif sweep.timeout is not None and time.monotonic() - self.started > sweep.timeout:
             self.stop_reason = f"sweep.timeout of {sweep.timeout:g} s reached"
         elif sweep.max_failures is not None and self.failures() >= sweep.max_failures:
@@ -322,6 +326,7 @@ class Launcher:
 
     def _on_interrupt(self, signum: int, frame: FrameType | None) -> None:
         self.interrupts += 1
+        self.tracking.interrupted = True  # skip the plots' warm-up if it has not begun
         if self.interrupts > 1:
             raise KeyboardInterrupt  # a second Ctrl-C: leave at once; the study resumes
         self.progress.say(
@@ -363,7 +368,7 @@ class Launcher:
             source=self.p.source,
         )
 
-    def start_child(self, trial: Any, spec: JobSpec, existing: str | None = None) -> None:
+    def start_child(self, trial: Any, spec: JobSpec, *, adopted: bool = False) -> None:
         params = dict(trial.params)
         tags = {
             "mlflow.runName": f"trial-{trial.number}",
@@ -372,14 +377,10 @@ class Launcher:
             "optuna.params": str({k: str(v) for k, v in params.items()}),
         }
         self.tracking.start_child(
-            self.parent_run_id,
-            spec.name,
-            lambda: self.record(params, spec),
-            tags,
-            existing=existing,
+            spec.name, lambda: self.record(params, spec), tags, adopted=adopted
         )
 
-    def launch(self, trial: Any, *, adopted: Any = None, existing_run: str | None = None) -> None:
+    def launch(self, trial: Any, *, adopted: Any = None) -> None:
         """Submit (or find again) the trial's job, and have its child run created.
 
         ``adopted`` is the frozen trial when taking over from a launcher that is gone.
@@ -393,11 +394,11 @@ class Launcher:
         try:
             handle = self.backend.submit(spec)
         except (OSError, RuntimeError) as exc:
-            self.start_child(trial, spec, existing_run)
+            self.start_child(trial, spec, adopted=adopted is not None)
             self.fail(trial, f"submission failed: {exc}", job_name=name, infrastructure=True)
             return
         trial.set_user_attr(JOB_ID, handle.id)
-        self.start_child(trial, spec, existing_run)
+        self.start_child(trial, spec, adopted=adopted is not None)
         monitor = JobMonitor(self.backend, handle, spec, self.log_root / f"{name}.log")
         flight = InFlight(trial, spec, handle, monitor)
         if adopted is not None:
@@ -543,11 +544,11 @@ class Launcher:
             metrics["pareto_front_size"] = float(len(front))
             tags = {"paiexp.best_trials": ",".join(str(t.number) for t in front)}
         self.progress.best(self.study)
-        self.tracking.update_best(self.parent_run_id, metrics, len(complete), tags, best_job)
+        self.tracking.update_best(metrics, len(complete), tags, best_job)
 
     # -- resume ----------------------------------------------------------------------------
 
-    def adopt_running_trials(self, children: dict[str, tuple[str, str]]) -> None:
+    def adopt_running_trials(self) -> None:
         """Take over trials left RUNNING by a launcher that is gone."""
         import optuna
         from optuna.trial import TrialState
@@ -559,12 +560,9 @@ class Launcher:
             trial.set_user_attr(OWNER, self.owner)
             name = frozen.user_attrs.get(JOB_NAME) or self.job_name(frozen.number)
             trial.set_user_attr(JOB_NAME, name)
-            run = children.get(name, (None, ""))[0]
             if JOB_ID in frozen.user_attrs and self.backend.find(name) is None:
-                if run is None:
-                    self.start_child(trial, self.trial_spec(trial.params, trial.number, name))
-                else:
-                    self.tracking.runs[name] = run
+                spec = self.trial_spec(trial.params, trial.number, name)
+                self.start_child(trial, spec, adopted=True)
                 self.fail(
                     trial,
                     f"job {name} was lost (not found after a restart)",
@@ -573,7 +571,7 @@ class Launcher:
                 )
                 continue
             self.progress.say(f"trial {frozen.number}: re-attaching to job {name}")
-            self.launch(trial, adopted=frozen, existing_run=run)
+            self.launch(trial, adopted=frozen)
 
     def _orphaned(self, frozen: Any) -> bool:
         owner = str(frozen.user_attrs.get(OWNER, ""))
@@ -585,12 +583,13 @@ class Launcher:
         pid, _, start = rest.partition(":")
         return not process_alive(int(pid), start)
 
-    def reconcile_finished_trials(self, children: dict[str, tuple[str, str]]) -> None:
-        """Give every finished trial a closed run: a crash may have dropped queued calls."""
-        from optuna.trial import TrialState
-
-        finished = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-        for trial in self.study.get_trials(deepcopy=False, states=finished):
+    def reconcile_finished_trials(self, finished: list[Any]) -> None:
+        """Give each trial that had finished before this launch a closed run: a crash may
+        have dropped the calls that were queued for it. Runs on the tracking worker.
+        """
+        tracker = self.tracking.tracker
+        children = self.tracking.children()
+        for trial in finished:
             name = trial.user_attrs.get(JOB_NAME)
             run_id, status = children.get(name, (None, "")) if name else (None, "")
             if name is None or status in TRIAL_STATE_TO_RUN_STATUS.values():
@@ -599,22 +598,21 @@ class Launcher:
                 spec = self.trial_spec(trial.params, trial.number, name)
             except UserError:
                 continue  # a trial the schema rejected never had a run
-            tracker = self.tracking.tracker
             if run_id is None:
+                record = self.record(trial.params, spec)
                 run_id = tracker.create_run(
-                    self.record(trial.params, spec),
+                    record,
                     run_name=f"trial-{trial.number}",
-                    parent_run_id=self.parent_run_id,
+                    parent_run_id=self.tracking.parent_run_id,
                     extra_tags={
                         "paiexp.trial_number": str(trial.number),
                         "paiexp.sweep_id": self.sweep_id,
                     },
                 )
-                tracker.log_record(run_id, self.record(trial.params, spec))
+                tracker.log_record(run_id, record)
             self.tracking.runs[name] = run_id
             handle = self.backend.find(name)
             reason = trial.user_attrs.get(REASON)
-            tags = {"paiexp.trial_state": trial.state.name}
             if handle is None:
                 tracker.fail(run_id, reason or "the job was never submitted")
                 continue
@@ -627,7 +625,7 @@ class Launcher:
                 unlogged=monitor.take_unlogged(),
                 status=TRIAL_STATE_TO_RUN_STATUS[trial.state.name],
                 reason=reason,
-                extra_tags=tags,
+                extra_tags={"paiexp.trial_state": trial.state.name},
             )
 
 

@@ -101,12 +101,7 @@ class Progress:
 
 
 def print_summary(
-    console: Console,
-    outcome: Any,
-    objectives: Sequence[Any],
-    tracker_uri: str,
-    storage: str,
-    study_name: str,
+    console: Console, outcome: Any, objectives: Sequence[Any], storage: str, study_name: str
 ) -> None:
     """Top trials, best parameters, and how to browse the results."""
     from optuna.trial import TrialState
@@ -145,7 +140,10 @@ def print_summary(
             "next launch of this sweep re-applies what is missing",
             markup=False,
         )
-    console.print(f"browse runs:   mlflow ui --backend-store-uri {tracker_uri}", markup=False)
+    if outcome.tracker_uri:
+        console.print(
+            f"browse runs:   mlflow ui --backend-store-uri {outcome.tracker_uri}", markup=False
+        )
     console.print(f"browse study:  optuna-dashboard {redact_url(storage)}", markup=False)
 
 

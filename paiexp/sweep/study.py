@@ -155,6 +155,8 @@ def create_pruner(config: Any) -> Any:
     import optuna
 
     cls = getattr(optuna.pruners, PRUNERS[config.name])
+    if config.name == "none":  # switching pruning off keeps the options for later
+        return cls()
     return _construct(cls, dict(config.options), "sweep.pruner.options")
 
 

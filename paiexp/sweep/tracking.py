@@ -60,51 +60,121 @@ class TrackingWorker:
 
 
 class SweepTracker:
-    def __init__(self, tracker: MlflowTracker) -> None:
-        self.tracker = tracker
-        self.client = tracker.client
+    """The sweep's MLflow side. Every call runs on the worker, in order, MLflow's import and
+    the opening of its store included: the launcher never waits for MLflow, and the first
+    trials run while it starts.  ``fatal`` tells the launcher when tracking cannot work.
+    """
+
+    def __init__(self, open_tracker: Callable[[], MlflowTracker]) -> None:
         self.worker = TrackingWorker()
+        self.fatal: str | None = None
+        self.parent_run_id = ""
+        self.runs: dict[str, str] = {}  # job name -> run id
         self._best_run_id: str | None = None
-        self.runs: dict[str, str] = {}  # job name -> run id, filled by the worker
+        self._tracker: MlflowTracker | None = None
+        self.interrupted = False
+        self.submit(lambda: None, opener=open_tracker)
+
+    @property
+    def tracker(self) -> MlflowTracker:
+        assert self._tracker is not None, "only on the worker, after the tracker opened"
+        return self._tracker
+
+    def submit(
+        self,
+        call: Callable[[], None],
+        opener: Callable[[], MlflowTracker] | None = None,
+    ) -> None:
+        """Queue ``call`` on the worker; skipped once tracking has failed for good."""
+
+        def guarded() -> None:
+            if self.fatal:
+                return
+            try:
+                if opener is not None:
+                    self._tracker = opener()
+                call()
+            except Exception as exc:
+                if opener is not None or not self.parent_run_id:
+                    self.fatal = f"{exc}"
+                raise
+
+        self.worker.submit(guarded)
+
+    def close(self) -> str | None:
+        """Wait for every queued call; returns the tracking URI, if tracking ever opened."""
+        self.worker.close()
+        return self._tracker.uri if self._tracker else None
 
     # -- parent ----------------------------------------------------------------------------
 
-    def parent_run(self, sweep_id: str, known_run_id: str | None, create: Mapping[str, Any]) -> str:
-        """The study's parent run: the recorded one, else one tagged with the sweep id, else new."""
+    def open_parent(
+        self,
+        sweep_id: str,
+        known_run_id: str | None,
+        create: Mapping[str, Any],
+        invocation: Mapping[str, str],
+        remember: Callable[[str], None],
+    ) -> None:
+        """Find or create the study's parent run and mark it RUNNING again."""
+
+        def call() -> None:
+            run_id = self._parent_run(sweep_id, known_run_id, create)
+            if run_id != known_run_id:
+                remember(run_id)
+            self.tracker.client.update_run(run_id, status="RUNNING")
+            self.tracker.set_tags(run_id, invocation)
+            self.parent_run_id = run_id
+
+        self.submit(call)
+
+    def warm_up(self) -> None:
+        """Import what the end-of-sweep plots need while trials run, not after."""
+
+        def call() -> None:
+            if self.interrupted:
+                return  # leaving early: no plots to draw
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot
+            import optuna.importance
+            import optuna.visualization.matplotlib  # noqa: F401
+
+        self.submit(call)
+
+    def _parent_run(
+        self, sweep_id: str, known_run_id: str | None, create: Mapping[str, Any]
+    ) -> str:
+        """The recorded parent run, else the one tagged with the sweep id, else a new one."""
+        from mlflow.entities import Param
         from mlflow.exceptions import MlflowException
 
+        client, experiment_id = self.tracker.client, self.tracker.experiment_id
         if known_run_id:
             try:
-                run = self.client.get_run(known_run_id)
-                if run.info.experiment_id == self.tracker.experiment_id:
+                if client.get_run(known_run_id).info.experiment_id == experiment_id:
                     return known_run_id
             except MlflowException:
                 pass
-        found = self.client.search_runs(
-            [self.tracker.experiment_id],
+        found = client.search_runs(
+            [experiment_id],
             filter_string=f"tags.`{SWEEP_ID_TAG}` = '{sweep_id}'",
             max_results=1,
         )
         if found:
             return str(found[0].info.run_id)
-        from mlflow.entities import Param
-
-        run = self.client.create_run(
-            self.tracker.experiment_id,
+        run = client.create_run(
+            experiment_id,
             run_name=str(create["study_name"]),
             tags={SWEEP_ID_TAG: sweep_id, "paiexp.kind": "sweep", **create["tags"]},
         )
         params = [Param(k, str(v)[:6000]) for k, v in create["params"].items()]
-        self.client.log_batch(run.info.run_id, params=params)
+        client.log_batch(run.info.run_id, params=params)
         return str(run.info.run_id)
-
-    def resume_parent(self, run_id: str, tags: Mapping[str, str]) -> None:
-        self.client.update_run(run_id, status="RUNNING")
-        self.tracker.set_tags(run_id, tags)
 
     def update_best(
         self,
-        parent_run_id: str,
         metrics: Mapping[str, float],
         step: int,
         tags: Mapping[str, str],
@@ -113,38 +183,50 @@ class SweepTracker:
         def call() -> None:
             from mlflow.entities import Metric, RunTag
 
-            best_run_id = self.runs.get(best_job) if best_job else None
+            client = self.tracker.client
             now = _now_ms()
-            self.client.log_batch(
-                parent_run_id,
+            client.log_batch(
+                self.parent_run_id,
                 metrics=[Metric(k, v, now, step) for k, v in metrics.items()],
                 tags=[RunTag(k, v) for k, v in tags.items()],
             )
+            best_run_id = self.runs.get(best_job) if best_job else None
             if best_run_id and best_run_id != self._best_run_id:
                 if self._best_run_id:
-                    self.client.set_tag(self._best_run_id, "paiexp.best", "false")
-                self.client.set_tag(best_run_id, "paiexp.best", "true")
+                    client.set_tag(self._best_run_id, "paiexp.best", "false")
+                client.set_tag(best_run_id, "paiexp.best", "true")
                 self._best_run_id = best_run_id
 
-        self.worker.submit(call)
+        self.submit(call)
 
-    def finish_parent(self, parent_run_id: str, study: Any, status: str) -> None:
-        """Plots and the trials table as artifacts; then close the parent run."""
-        self.worker.flush()
-        with tempfile.TemporaryDirectory() as directory:
-            for artifact_dir, path in _study_artifacts(study, Path(directory)):
-                self.client.log_artifact(parent_run_id, str(path), artifact_dir)
-        self.client.set_terminated(parent_run_id, status=status)
+    def finish_parent(self, study: Any, *, interrupted: bool) -> None:
+        """Plots and the trials table as artifacts; then close the parent run.
+
+        An interrupted launch closes it KILLED at once; the next full launch draws the plots.
+        """
+        self.interrupted = interrupted
+
+        def call() -> None:
+            client = self.tracker.client
+            if not interrupted:
+                with tempfile.TemporaryDirectory() as directory:
+                    for artifact_dir, path in _study_artifacts(study, Path(directory)):
+                        client.log_artifact(self.parent_run_id, str(path), artifact_dir)
+            client.set_terminated(
+                self.parent_run_id, status="KILLED" if interrupted else "FINISHED"
+            )
+
+        self.submit(call)
 
     # -- children --------------------------------------------------------------------------
     # A child run is found by its job name (a tag), which the trial records before its job
-    # exists; so runs can be created off the launcher's path, on the worker.
+    # exists; so runs are created off the launcher's path, on the worker.
 
-    def children(self, parent_run_id: str) -> dict[str, tuple[str, str]]:
-        """The parent's child runs: job name -> (run id, status)."""
-        found = self.client.search_runs(
+    def children(self) -> dict[str, tuple[str, str]]:
+        """The parent's child runs: job name -> (run id, status). On the worker."""
+        found = self.tracker.client.search_runs(
             [self.tracker.experiment_id],
-            filter_string=f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
+            filter_string=f"tags.`mlflow.parentRunId` = '{self.parent_run_id}'",
             max_results=50000,
         )
         return {
@@ -154,31 +236,31 @@ class SweepTracker:
 
     def start_child(
         self,
-        parent_run_id: str,
         job_name: str,
         make_record: Callable[[], RunRecord],
         tags: Mapping[str, str],
         *,
-        existing: str | None = None,
+        adopted: bool = False,
     ) -> None:
-        """Create (or, for ``existing``, reuse) a trial's run and log its record, on the worker."""
+        """Create a trial's run (an adopted trial's may exist: reuse it) and log its record."""
 
         def call() -> None:
             record = make_record()
+            existing = self.children().get(job_name, (None, ""))[0] if adopted else None
             run_id = existing or self.tracker.create_run(
                 record,
                 run_name=str(tags.get("mlflow.runName", job_name)),
-                parent_run_id=parent_run_id,
+                parent_run_id=self.parent_run_id,
                 extra_tags=tags,
             )
             self.runs[job_name] = run_id
             self.tracker.log_record(run_id, record)
 
-        self.worker.submit(call)
+        self.submit(call)
 
     def finish_child(self, job_name: str, finish: Callable[[MlflowTracker, str], None]) -> None:
         """Close a trial's run (after :meth:`start_child`, on the same worker)."""
-        self.worker.submit(lambda: finish(self.tracker, self.runs[job_name]))
+        self.submit(lambda: finish(self.tracker, self.runs[job_name]))
 
 
 def _now_ms() -> int:
