@@ -4,6 +4,7 @@
     paiexp --cfg job [-p PKG] [--resolve]   print the composed config, run nothing
     paiexp rerun RUN_ID [KEY=VALUE...] run a tracked run's job again from its stored config
     paiexp attach JOB_NAME             follow a job whose launcher died, and close its run
+    paiexp init [DIR]                  write a starter project (conf/, sweeps/, examples/)
 
 A user mistake is one line on stderr and exit code 2, before any job or run exists.
 """
@@ -125,6 +126,22 @@ def attach_command(argv: Sequence[str]) -> int:
     return 0 if result.status.state.value == "SUCCEEDED" else EXIT_JOB_FAILED
 
 
+def init_command(argv: Sequence[str]) -> int:
+    parser = _Parser(prog="paiexp init", description="Write a starter project into DIR.")
+    parser.add_argument("directory", nargs="?", default=".")
+    args = parser.parse_intermixed_args(argv)
+
+    from pathlib import Path
+
+    from paiexp.scaffold import write_starter
+
+    target = Path(args.directory)
+    for path in write_starter(target):
+        print(f"wrote {path}")
+    print(f"next: cd {target} && python -m paiexp +sweep=xgb   (then: mlflow ui)")
+    return 0
+
+
 def print_config(cfg: DictConfig, package: str | None, resolve: bool) -> int:
     from omegaconf import OmegaConf
 
@@ -156,7 +173,7 @@ def _sweep(prepared: PreparedSweep) -> int:
     )
     if outcome.interrupted:
         return 130
-    return EXIT_JOB_FAILED if outcome.stop_reason else 0
+    return EXIT_JOB_FAILED if outcome.failed else 0
 
 
 def _get_run(tracker: MlflowTracker, run_id: str) -> TrackedRun:
@@ -168,4 +185,4 @@ def _get_run(tracker: MlflowTracker, run_id: str) -> TrackedRun:
         raise UserError(f"run_id: no MLflow run {run_id!r} in {tracker.uri}") from None
 
 
-COMMANDS = {"rerun": rerun_command, "attach": attach_command}
+COMMANDS = {"rerun": rerun_command, "attach": attach_command, "init": init_command}

@@ -7,6 +7,7 @@ says otherwise); relative paths in its configs are taken from there.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,11 +39,12 @@ class Project:
 
 
 def locate_project(config_dir: str | None = None, config_name: str = CONFIG_NAME) -> Project:
-    path = Path(config_dir or "conf").resolve()
+    # absolute but not resolved: a symlinked conf/ keeps the project where it is linked
+    path = Path(os.path.abspath(config_dir or "conf"))
     if not (path / f"{config_name}.yaml").is_file():
         raise UserError(
             f"no {config_name}.yaml in {path}: run paiexp from a project directory holding "
-            "conf/, or pass --config-dir DIR"
+            "conf/, pass --config-dir DIR, or create a starter project with `paiexp init`"
         )
     return Project(config_dir=path, config_name=config_name)
 

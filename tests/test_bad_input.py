@@ -135,9 +135,9 @@ CASES = {
         mentions=("job.command", "PAIEXP_TEST_NO_SUCH_VARIABLE"),
     ),
     "unknown-package": case("--cfg", "job", "--package", "nope", mentions=("--package", "nope")),
-    "no-conf-directory": case(mentions=("conf", "--config-dir"), in_project=False),
+    "no-conf-directory": case(mentions=("conf", "paiexp init"), in_project=False),
     "no-conf-directory-cfg": case(
-        "--cfg", "job", mentions=("conf", "--config-dir"), in_project=False
+        "--cfg", "job", mentions=("conf", "paiexp init"), in_project=False
     ),
     "missing-config-dir": case("--config-dir", "nowhere", mentions=("nowhere", "config.yaml")),
     "unknown-option": case("--bogus", mentions=("--bogus",)),

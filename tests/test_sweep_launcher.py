@@ -224,3 +224,49 @@ def test_ctrl_c_with_detach_leaves_jobs_running_for_the_next_launch(tmp_path: Pa
     lines = ledger.read_text().splitlines()
     assert len(lines) == 3 == len(set(lines))  # no job ran twice
     assert len(sweep_runs(root)[1]) == 3
+
+
+def test_multi_objective_sweep_over_a_job_key(tmp_path: Path) -> None:
+    root = synthetic_project(
+        tmp_path,
+        {
+            "objective": [
+                {"metric": "score", "direction": "minimize"},
+                {"metric": "loss", "direction": "maximize"},
+            ],
+            "params": {
+                "x": "interval(-1, 1)",
+                "job.max_run_time": "choice(100, 200)",
+                "duration": 0.1,
+            },
+            "n_trials": 3,
+        },
+    )
+    result = run_paiexp(root, "+sweep=syn")
+    assert result.returncode == 0, result.stderr
+    study = load_study(root)
+    assert [len(t.values) for t in study.trials] == [2, 2, 2]
+    for trial in study.trials:
+        name = trial.user_attrs["paiexp:job_name"]
+        spec = read_json(jobs_dir(root) / name / "spec.json")
+        assert spec["max_run_time"] == trial.params["job.max_run_time"]
+        assert spec["hyperparameters"]["x"] == str(trial.params["x"])
+    parents, _ = sweep_runs(root)
+    front = {t.number for t in study.best_trials}
+    assert set(map(int, parents[0].data.tags["paiexp.best_trials"].split(","))) == front
+
+
+def test_timeout_ends_the_sweep_without_failing_it(tmp_path: Path) -> None:
+    root = synthetic_project(
+        tmp_path,
+        {
+            "params": {"x": "interval(-1, 1)", "duration": 1.5},
+            "n_trials": 10,
+            "parallelism": 1,
+            "timeout": 1.0,
+        },
+    )
+    result = run_paiexp(root, "+sweep=syn")
+    assert result.returncode == 0, result.stderr
+    assert "sweep.timeout of 1 s reached" in result.stderr
+    assert [t.state.name for t in load_study(root).trials] == ["COMPLETE"]

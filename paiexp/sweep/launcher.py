@@ -140,6 +140,7 @@ class InFlight:
 class SweepOutcome:
     study: Any
     stop_reason: str | None
+    failed: bool  # stopped by failures (max_failures, tracking), not by its budget
     interrupted: bool
     tracker_uri: str | None
     tracking_errors: list[str]
@@ -158,6 +159,7 @@ class Launcher:
         self.progress = progress
         self.inflight: list[InFlight] = []
         self.stop_reason: str | None = None
+        self.stop_failed = False
         self.interrupts = 0
         self.started = time.monotonic()
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{process_start_time(os.getpid())}"
@@ -256,7 +258,12 @@ class Launcher:
         self.tracking.finish_parent(self.study, interrupted=bool(self.interrupts))
         uri = self.tracking.close()
         return SweepOutcome(
-            self.study, self.stop_reason, bool(self.interrupts), uri, self.tracking.worker.errors
+            self.study,
+            self.stop_reason,
+            self.stop_failed,
+            bool(self.interrupts),
+            uri,
+            self.tracking.worker.errors,
         )
 
     def loop(self) -> None:
@@ -296,6 +303,7 @@ class Launcher:
             self.stop_reason = "interrupted"
         elif self.tracking.fatal:
             self.stop_reason = f"MLflow tracking failed: {self.tracking.fatal}"
+            self.stop_failed = True
         elif sweep.timeout is not None and time.monotonic() - self.started > sweep.timeout:
             self.stop_reason = f"sweep.timeout of {sweep.timeout:g} s reached"
         elif sweep.max_failures is not None and self.failures() >= sweep.max_failures:
@@ -303,6 +311,7 @@ class Launcher:
                 f"{self.failures()} trials failed (sweep.max_failures="
                 f"{sweep.max_failures}); see their failure reasons"
             )
+            self.stop_failed = True
         return not self.stop_reason and self.trials_counted() < sweep.n_trials
 
     def trials_counted(self) -> int:

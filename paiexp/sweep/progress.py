@@ -132,7 +132,7 @@ def print_summary(
             console.print(f"best params: {study.best_trial.params}")
     else:
         console.print("no trial completed")
-    if outcome.stop_reason and outcome.stop_reason != "interrupted":
+    if outcome.stop_reason and not outcome.interrupted:
         console.print(f"[paiexp] stopped submitting: {outcome.stop_reason}", markup=False)
     if outcome.tracking_errors:
         console.print(
