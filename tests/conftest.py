@@ -38,6 +38,15 @@ def run_paiexp(
     )
 
 
+LEFTOVERS = ("mlflow.db", ".paiexp", "mlruns", "optuna.journal")
+
+
+def assert_nothing_started(directory: Path) -> None:
+    """No MLflow store, job directory or study was created in ``directory``."""
+    for name in LEFTOVERS:
+        assert not (directory / name).exists(), f"{name} was created in {directory}"
+
+
 def mlflow_client(directory: Path):
     from mlflow.tracking import MlflowClient
 

@@ -42,7 +42,7 @@ def test_job_outlives_a_killed_launcher_and_attach_tracks_its_end(project: Path)
     os.kill(launcher.pid, signal.SIGKILL)
     launcher.wait()
 
-    launch = read_json(job_dir / "launch.json")
+    launch = read_json(job_dir / "state.json")
     assert process_alive(launch["runner_pid"], launch["runner_start"])
     assert read_json(job_dir / "state.json")["state"] == "RUNNING"
     (run,) = all_runs(project)

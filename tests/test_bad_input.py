@@ -6,7 +6,6 @@ started: no MLflow store, no job directory.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -16,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import REPO, assert_nothing_started, clean_env, run_paiexp
 
-REPO = Path(__file__).resolve().parents[1]
 ERROR_PREFIX = "paiexp: error: "
 HEAVY_MODULES = ("mlflow", "optuna", "docker", "alibabacloud_paistudio20220112", "oss2")
 MARKER = "PAIEXP-IMPORT-CHECK-DONE"
@@ -30,26 +29,6 @@ def make_project(directory: Path) -> Path:
         shutil.copytree(REPO / name, directory / name)
     (directory / "conf" / "job" / "incomplete.yaml").write_text("name: x\n")
     return directory
-
-
-def clean_env() -> dict[str, str]:
-    return {key: value for key, value in os.environ.items() if not key.startswith("MLFLOW_")}
-
-
-def run_paiexp(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "paiexp", *args],
-        cwd=cwd,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-    )
-
-
-def assert_nothing_started(directory: Path) -> None:
-    for name in ("mlflow.db", ".paiexp", "mlruns"):
-        assert not (directory / name).exists(), f"{name} was created in {directory}"
 
 
 @dataclass(frozen=True)

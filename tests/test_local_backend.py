@@ -128,7 +128,7 @@ def test_killed_runner_is_reported_as_failed(tmp_path: Path) -> None:
     handle = backend.submit(JobSpec(name="orphan", command="echo up; sleep 60"))
     while "up" not in read_all_logs(backend, handle):
         time.sleep(0.05)
-    launch = read_json(backend.job_dir("orphan") / "launch.json")
+    launch = read_json(backend.job_dir("orphan") / "state.json")
     os.kill(launch["runner_pid"], 9)
     deadline = time.monotonic() + 10
     while process_alive(launch["runner_pid"], launch["runner_start"]):
@@ -213,3 +213,21 @@ def test_validate_rejects_what_the_local_backend_cannot_run(tmp_path: Path) -> N
         backend.validate(JobSpec(name="x", command="true", inputs={"train": "oss://bkt/a.csv"}))
     with pytest.raises(UserError, match="install_requirements"):
         make_backend(tmp_path, install_requirements="sometimes")
+
+
+def test_a_second_runner_never_runs_the_job_again(tmp_path: Path) -> None:
+    """A launcher that died after starting a runner leaves it invisible to the next one,
+    which may start another: the job still runs once."""
+    ledger = tmp_path / "ledger"
+    backend = make_backend(tmp_path)
+    spec = JobSpec(name="once", command=f"echo ran >> {ledger}; sleep 1")
+    handle = backend.submit(spec)
+    job_dir = backend.job_dir("once")
+    for _ in range(3):  # what a racing or restarted launcher would do
+        backend._start_runner(job_dir, backend._environment(spec, job_dir))
+    assert wait_for(backend, handle).state is JobState.SUCCEEDED
+    for _ in range(2):  # and after the job ended
+        backend._start_runner(job_dir, backend._environment(spec, job_dir))
+    time.sleep(1.0)
+    assert ledger.read_text() == "ran\n"
+    assert read_json(job_dir / "state.json")["state"] == "SUCCEEDED"

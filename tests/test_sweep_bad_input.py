@@ -7,7 +7,6 @@ of them runs a training job: each is rejected before the first trial.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -18,10 +17,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO
+from conftest import REPO, assert_nothing_started, clean_env, run_paiexp
 
 ERROR_PREFIX = "paiexp: error: "
-LEFTOVERS = ("mlflow.db", ".paiexp", "mlruns", "optuna.journal")
 HEAVY_MODULES = ("optuna", "mlflow", "docker", "alibabacloud_paistudio20220112", "oss2")
 MARKER = "PAIEXP-SWEEP-IMPORT-CHECK-DONE"
 TIMEOUT = 120
@@ -58,26 +56,6 @@ def make_project(directory: Path, sweep_files: Mapping[str, str] | None = None) 
     for name, text in (sweep_files or {}).items():
         (directory / "sweeps" / f"{name}.yaml").write_text(text)
     return directory
-
-
-def clean_env() -> dict[str, str]:
-    return {key: value for key, value in os.environ.items() if not key.startswith("MLFLOW_")}
-
-
-def run_paiexp(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "paiexp", *args],
-        cwd=cwd,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-    )
-
-
-def assert_nothing_started(directory: Path) -> None:
-    for name in LEFTOVERS:
-        assert not (directory / name).exists(), f"{name} was created in {directory}"
 
 
 def assert_one_line_error(done: subprocess.CompletedProcess[str]) -> str:

@@ -149,7 +149,7 @@ def test_a_job_lost_to_the_platform_is_retried(tmp_path: Path) -> None:
     launcher = start_sweep(root)
     wait_until(lambda: bool(running_jobs(root)))
     (victim,) = running_jobs(root)
-    os.kill(read_json(victim / "launch.json")["runner_pid"], signal.SIGKILL)
+    os.kill(read_json(victim / "state.json")["runner_pid"], signal.SIGKILL)
     _out, err = launcher.communicate(timeout=120)
     assert launcher.returncode == 0, err
     study = load_study(root)

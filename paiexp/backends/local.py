@@ -5,7 +5,7 @@ session, so it survives the launcher; the runner records the job's state in ``st
 (written atomically) and the job's output goes to ``job.log``.  Layout of a job directory::
 
     <root>/<job name>/spec.json      the JobSpec
-                      launch.json    the runner's pid (written by the launcher)
+                      runner.lock    held by the job's one runner for as long as it lives
                       state.json     state, pids, start, end, exit code, reason (by the runner)
                       job.log        stdout and stderr of the command
                       ml/usercode, ml/input/config, ml/input/data/<ch>, ml/output/<ch>
@@ -30,7 +30,13 @@ from typing import Any
 from paiexp import contract
 from paiexp.backends import local_runner
 from paiexp.backends.base import JobHandle, JobState, JobStatus, LogChunk
-from paiexp.backends.local_runner import kill_group, read_json, write_json_atomic
+from paiexp.backends.local_runner import (
+    LOCK_FILE,
+    kill_group,
+    lock_held,
+    process_start_time,
+    read_json,
+)
 from paiexp.errors import UserError
 from paiexp.metrics import read_output_parameters
 from paiexp.source import copy_source
@@ -109,25 +115,14 @@ class LocalBackend:
         return JobHandle(name=spec.name, id=spec.name)
 
     def _launch_once(self, spec: JobSpec, job_dir: Path) -> None:
-        """Start the job's runner unless a launcher already did; the claim file decides.
+        """Start the job's runner unless one runs it or ran it already.
 
-        A launcher that died between laying out the job and starting its runner leaves a
-        claim whose owner is dead: the next submit of the same spec takes it over.
+        Launchers racing here (or one that died after starting a runner) may start a second
+        runner: the runner itself makes sure only one ever runs the job (its lock and state).
         """
-        claim = job_dir / "launch.claim"
-        for _ in range(2):
-            try:
-                descriptor = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                if (job_dir / "launch.json").exists() or _claimant_alive(claim):
-                    return
-                claim.unlink(missing_ok=True)  # its launcher died before starting the runner
-                continue
-            me = {"pid": os.getpid(), "start": process_start_time(os.getpid())}
-            os.write(descriptor, json.dumps(me).encode())
-            os.close(descriptor)
-            self._start_runner(job_dir, self._environment(spec, job_dir))
+        if (job_dir / "state.json").exists() or lock_held(job_dir / LOCK_FILE):
             return
+        self._start_runner(job_dir, self._environment(spec, job_dir))
 
     def find(self, name: str) -> JobHandle | None:
         if (self.job_dir(name) / "spec.json").is_file():
@@ -195,7 +190,7 @@ class LocalBackend:
             self.install_requirements,
             str(self.root / ".cache"),
         ]
-        self._children[job_dir.name] = runner = subprocess.Popen(
+        self._children[job_dir.name] = subprocess.Popen(
             command,
             env=env,
             cwd=job_dir,
@@ -204,10 +199,6 @@ class LocalBackend:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-        )
-        write_json_atomic(
-            job_dir / "launch.json",
-            {"runner_pid": runner.pid, "runner_start": process_start_time(runner.pid)},
         )
 
     # -- status / logs / stop --------------------------------------------------------------
@@ -230,14 +221,29 @@ class LocalBackend:
 
     def _runner_fd(self, job_id: str) -> int | None:
         if job_id not in self._pidfds:
-            launch = read_json(self.job_dir(job_id) / "launch.json")
-            if not launch or not process_alive(launch["runner_pid"], launch["runner_start"]):
+            pid, start = self._runner(self.job_dir(job_id))
+            if pid is None:
                 return None
             try:
-                self._pidfds[job_id] = os.pidfd_open(launch["runner_pid"])
+                self._pidfds[job_id] = os.pidfd_open(pid)
             except OSError:
                 return None
+            if not process_alive(pid, start):  # the pid was reused before we opened it
+                os.close(self._pidfds.pop(job_id))
+                return None
         return self._pidfds[job_id]
+
+    def _runner(self, job_dir: Path) -> tuple[int | None, str | None]:
+        """The live runner of a job (pid, start time): the one in its state, else the one
+        this backend just started and that has not written its state yet."""
+        state = read_json(job_dir / "state.json")
+        if state and state.get("runner_pid"):
+            pid, start = state["runner_pid"], state.get("runner_start")
+        elif job_dir.name in self._children:
+            pid, start = self._children[job_dir.name].pid, None
+        else:
+            return None, None
+        return (pid, start) if process_alive(pid, start) else (None, None)
 
     def _forget(self, job_id: str) -> None:
         descriptor = self._pidfds.pop(job_id, None)
@@ -249,15 +255,11 @@ class LocalBackend:
 
     def _status(self, job_dir: Path) -> JobStatus:
         state = read_json(job_dir / "state.json")
-        launch = read_json(job_dir / "launch.json")
-        runner_alive = bool(launch) and process_alive(launch["runner_pid"], launch["runner_start"])
         if state is None:
-            if runner_alive or _claimant_alive(job_dir / "launch.claim"):
+            starting = lock_held(job_dir / LOCK_FILE) or self._runner(job_dir)[0] is not None
+            if starting or time.time() - _mtime(job_dir / "spec.json") < STARTUP_TIMEOUT:
                 return JobStatus(JobState.PENDING)
-            if launch is None and time.time() - _mtime(job_dir / "spec.json") < STARTUP_TIMEOUT:
-                return JobStatus(JobState.PENDING)
-            # The runner may have written its state just before we looked at launch.json.
-            state = read_json(job_dir / "state.json")
+            state = read_json(job_dir / "state.json")  # it may have appeared meanwhile
             if state is None:
                 return JobStatus(
                     JobState.FAILED, reason="the job's runner never started", infrastructure=True
@@ -269,17 +271,17 @@ class LocalBackend:
             started_at=state.get("started_at"),
             ended_at=state.get("ended_at"),
         )
-        if not status.state.terminal and not runner_alive:
-            state = read_json(job_dir / "state.json") or state  # it may have just finished
-            if not JobState(state["state"]).terminal:
-                return JobStatus(
-                    JobState.FAILED,
-                    reason="the job's runner process died",
-                    started_at=status.started_at,
-                    infrastructure=True,
-                )
+        if status.state.terminal or process_alive(state["runner_pid"], state.get("runner_start")):
+            return status
+        state = read_json(job_dir / "state.json") or state  # it may have just finished
+        if JobState(state["state"]).terminal:
             return self._status(job_dir)
-        return status
+        return JobStatus(
+            JobState.FAILED,
+            reason="the job's runner process died",
+            started_at=status.started_at,
+            infrastructure=True,
+        )
 
     def read_logs(self, handle: JobHandle, cursor: int, *, final: bool = False) -> LogChunk:
         path = self.job_dir(handle.id) / "job.log"
@@ -297,9 +299,9 @@ class LocalBackend:
     def stop(self, handle: JobHandle) -> None:
         job_dir = self.job_dir(handle.id)
         (job_dir / "stop").touch()
-        launch = read_json(job_dir / "launch.json")
-        if launch and process_alive(launch["runner_pid"], launch["runner_start"]):
-            os.kill(launch["runner_pid"], signal.SIGTERM)  # the runner stops the process group
+        pid, _ = self._runner(job_dir)
+        if pid is not None:
+            os.kill(pid, signal.SIGTERM)  # the runner stops the process group
             return
         state = read_json(job_dir / "state.json") or {}
         if state.get("pgid") and not JobState(state["state"]).terminal:
@@ -323,30 +325,12 @@ class LocalBackend:
         return None
 
 
-def process_start_time(pid: int) -> str | None:
-    """The kernel's start time of ``pid`` (tells a live process from a reused pid)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
 def process_alive(pid: int, start_time: str | None) -> bool:
     current = process_start_time(pid)
     if current is None or (start_time is not None and current != start_time):
         return False
     stat = Path(f"/proc/{pid}/stat").read_text()
     return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
-
-
-def _claimant_alive(claim: Path) -> bool:
-    """Whether the launcher that claimed a job's launch is still running."""
-    try:
-        claimant = json.loads(claim.read_text())
-    except (OSError, ValueError):
-        return False
-    return process_alive(claimant["pid"], claimant["start"])
 
 
 def _mtime(path: Path) -> float:

@@ -13,6 +13,7 @@ of threads.  :mod:`paiexp.backends.local` shares its file helpers.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from typing import IO, Any
 
 RUNNING, SUCCEEDED, FAILED, STOPPED = "RUNNING", "SUCCEEDED", "FAILED", "STOPPED"
+LOCK_FILE = "runner.lock"
 
 
 def write_json_atomic(path: str | os.PathLike[str], data: dict[str, Any]) -> None:
@@ -43,6 +45,31 @@ def read_json(path: str | os.PathLike[str]) -> Any:
             return json.loads(stream.read())
     except FileNotFoundError:
         return None
+
+
+def process_start_time(pid: int) -> str | None:
+    """The kernel's start time of ``pid`` (tells a live process from a reused pid)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stream:
+            stat = stream.read()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def lock_held(path: str | os.PathLike[str]) -> bool:
+    """Whether a runner holds the job's lock (it does for as long as it lives)."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(descriptor)
+    return False
 
 
 def kill_group(pgid: int, sig: signal.Signals) -> None:
@@ -75,7 +102,10 @@ class Runner:
         signal.signal(signal.SIGALRM, lambda *_: self.on_alarm())
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        self.write_state(runner_pid=os.getpid())
+        if not self.take_job():
+            return
+        me = os.getpid()
+        self.write_state(runner_pid=me, runner_start=process_start_time(me))
         if os.path.exists(self.path("stop")):
             self.write_state(
                 state=STOPPED, reason="stopped before it started", ended_at=time.time()
@@ -91,6 +121,20 @@ class Runner:
                 return
             exit_code = self.run_command(log)
         self.finish(exit_code)
+
+    def take_job(self) -> bool:
+        """Whether this runner may run the job: one runner holds its lock, and a job whose
+        state exists was started before (maybe by a runner since killed): never twice."""
+        self.lock = os.open(self.path(LOCK_FILE), os.O_CREAT | os.O_RDWR)
+        for _ in range(50):  # a launcher checking the lock holds it for an instant
+            try:
+                fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                time.sleep(0.01)
+        else:
+            return False  # another runner has the job
+        return not os.path.exists(self.path("state.json"))
 
     def install_requirements(self, log: IO[bytes]) -> bool:
         """Install ``requirements`` and ``requirements.txt`` before the command, as PAI does.

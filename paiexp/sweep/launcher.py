@@ -155,7 +155,7 @@ class Launcher:
     ) -> None:
         self.p = prepared
         self.backend = prepared.backend
-        self.tracking = SweepTracker(open_tracker)
+        self.open_tracker = open_tracker
         self.progress = progress
         self.inflight: list[InFlight] = []
         self.stop_reason: str | None = None
@@ -241,7 +241,8 @@ class Launcher:
 
     def run(self) -> SweepOutcome:
         self.backend.set_concurrency(self.p.sweep.parallelism)
-        self.open_study()
+        self.open_study()  # may still reject the sweep: before anything is tracked
+        self.tracking = SweepTracker(self.open_tracker)
         self.open_parent_run()
         self.tracking.warm_up()
         finished = [t for t in self.study.get_trials(deepcopy=False) if t.state.is_finished()]
