@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,15 +48,23 @@ class TrackedRun:
 
 class MlflowTracker:
     def __init__(self, uri: str | None, experiment: str) -> None:
+        # MLflow's own default, known without importing it: $MLFLOW_TRACKING_URI, else
+        # sqlite:///mlflow.db in the working directory.
+        self.uri = (
+            uri
+            or os.environ.get("MLFLOW_TRACKING_URI")
+            or f"sqlite:///{os.path.abspath('mlflow.db')}"
+        )
+        creating = _start_sqlite_creation(self.uri)  # runs while MLflow imports here
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-        import mlflow
+        from mlflow.tracking import MlflowClient
 
         for name in ("mlflow", "alembic"):  # their set-up chatter is not the user's business
             logging.getLogger(name).setLevel(logging.WARNING)
-        from mlflow.tracking import MlflowClient
-
-        self.uri = uri or mlflow.get_tracking_uri()
-        _create_sqlite_database(self.uri)
+        if creating is not None:
+            _, errors = creating.communicate()
+            if creating.returncode != 0:
+                raise RuntimeError(f"creating {self.uri} failed: {errors.strip()[-2000:]}")
         self.client = MlflowClient(tracking_uri=self.uri)
         self.experiment_id = self._experiment_id(experiment)
 
@@ -215,26 +225,92 @@ def _clip(value: str) -> str:
     return value if len(value) <= MAX_TAG_CHARS else "..." + value[-(MAX_TAG_CHARS - 3) :]
 
 
-def _create_sqlite_database(uri: str) -> None:
-    """Create a new SQLite tracking database atomically.
+def _start_sqlite_creation(uri: str) -> subprocess.Popen[str] | None:
+    """Create a new SQLite tracking database: a copy of the cached empty one when there is
+    one (milliseconds), else in a child process that builds that cache first (MLflow's
+    seconds of schema migrations stay off this process). None when nothing is left to do."""
+    path = _new_sqlite_path(uri)
+    if path is None or _copy_template(path):
+        return None
+    code = "import sys; from paiexp.tracking import create_sqlite_database as c; c(sys.argv[1])"
+    return subprocess.Popen(
+        [sys.executable, "-c", code, uri],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
-    MLflow builds its schema with about a second of migrations; a launcher killed in the
-    middle would leave a half-migrated file that every later launch refuses.  So the schema
-    is built under a temporary name and linked into place only when complete.
-    """
+
+def _new_sqlite_path(uri: str) -> Path | None:
     if not uri.startswith("sqlite:///") or uri == "sqlite:///:memory:":
-        return
+        return None
     path = Path(uri.removeprefix("sqlite:///")).resolve()
-    if path.exists():
+    return None if path.exists() else path
+
+
+def _template_path() -> Path:
+    """An empty tracking database of the installed MLflow version, built once per machine."""
+    from importlib.metadata import version
+
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "paiexp"
+    return cache / f"mlflow-{version('mlflow')}-empty.db"
+
+
+def create_sqlite_database(uri: str) -> None:
+    """Create a new SQLite tracking database atomically, building the cached template first.
+
+    MLflow builds its schema with seconds of migrations; a launcher killed in the middle would
+    leave a half-migrated file that every later launch refuses.  So a schema is only ever
+    built under a temporary name and linked into place when complete.
+    """
+    path = _new_sqlite_path(uri)
+    if path is None:
         return
+    template = _template_path()
+    try:
+        template.parent.mkdir(parents=True, exist_ok=True)
+        _build_schema(template)
+    except OSError:  # no writable cache: build this database itself
+        _build_schema(path)
+        return
+    _copy_template(path)
+
+
+def _build_schema(path: Path) -> None:
     from mlflow.tracking._tracking_service.utils import _get_store
 
     temporary = path.with_name(f".{path.name}.{os.getpid()}.creating")
     try:
         store = _get_store(f"sqlite:///{temporary}")
         store.engine.dispose()
-        os.link(temporary, path)  # fails if another launcher linked its copy first: fine
+        os.link(temporary, path)  # fails if another process linked its copy first: fine
     except FileExistsError:
         pass
     finally:
         temporary.unlink(missing_ok=True)
+
+
+def _copy_template(path: Path) -> bool:
+    """Place a copy of the cached empty database at ``path``; False when there is none."""
+    import shutil
+    import sqlite3
+
+    template = _template_path()
+    if not template.exists():
+        return False
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.creating")
+    try:
+        shutil.copyfile(template, temporary)
+        with sqlite3.connect(temporary) as connection:  # MLflow's "Default" experiment
+            connection.execute(
+                "UPDATE experiments SET artifact_location = ? WHERE experiment_id = 0",
+                (os.path.abspath(os.path.join("mlruns", "0")),),
+            )
+        connection.close()
+        os.link(temporary, path)
+    except FileExistsError:
+        pass
+    finally:
+        temporary.unlink(missing_ok=True)
+    return True

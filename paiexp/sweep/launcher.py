@@ -25,6 +25,7 @@ import os
 import secrets
 import signal
 import socket
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -243,18 +244,22 @@ class Launcher:
         self.backend.set_concurrency(self.p.sweep.parallelism)
         self.open_study()  # may still reject the sweep: before anything is tracked
         self.tracking = SweepTracker(self.open_tracker)
-        self.open_parent_run()
-        self.tracking.warm_up()
+        self.open_parent_run()  # MLflow opens on the worker while the first trials run
         finished = [t for t in self.study.get_trials(deepcopy=False) if t.state.is_finished()]
         if finished:
             self.tracking.submit(lambda: self.reconcile_finished_trials(finished))
         self.adopt_running_trials()
         previous = signal.signal(signal.SIGINT, self._on_interrupt)
+        # The loop wakes briefly per event while the tracking worker runs long stretches of
+        # Python (MLflow, plots): a short switch interval keeps the loop's latency low.
+        switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(0.001)
         try:
             with self.progress.live(self):
                 self.loop()
         finally:
             signal.signal(signal.SIGINT, previous)
+            sys.setswitchinterval(switch_interval)
         self.publish_best()  # the study's best, even if a killed launch lost its last update
         self.tracking.finish_parent(self.study, interrupted=bool(self.interrupts))
         uri = self.tracking.close()
@@ -336,7 +341,6 @@ class Launcher:
 
     def _on_interrupt(self, signum: int, frame: FrameType | None) -> None:
         self.interrupts += 1
-        self.tracking.interrupted = True  # skip the plots' warm-up if it has not begun
         if self.interrupts > 1:
             raise KeyboardInterrupt  # a second Ctrl-C: leave at once; the study resumes
         self.progress.say(

@@ -8,7 +8,9 @@ MLflow.  A launcher that dies loses at most queued calls; resume re-applies them
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import queue
 import tempfile
 import threading
@@ -23,6 +25,7 @@ from paiexp.tracking import MlflowTracker
 log = logging.getLogger(__name__)
 
 SWEEP_ID_TAG = "paiexp.sweep_id"
+WORKER_NICENESS = 10
 TRIAL_STATE_TO_RUN_STATUS = {"COMPLETE": "FINISHED", "FAIL": "FAILED", "PRUNED": "KILLED"}
 
 
@@ -46,6 +49,10 @@ class TrackingWorker:
         self._thread.join()
 
     def _work(self) -> None:
+        # Bookkeeping yields the CPU to the launch loop and to starting jobs (a Linux thread
+        # has its own nice value).
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WORKER_NICENESS)
         while True:
             call = self._queue.get()
             try:
@@ -72,7 +79,6 @@ class SweepTracker:
         self.runs: dict[str, str] = {}  # job name -> run id
         self._best_run_id: str | None = None
         self._tracker: MlflowTracker | None = None
-        self.interrupted = False
         self.submit(lambda: None, opener=open_tracker)
 
     @property
@@ -125,21 +131,6 @@ class SweepTracker:
             self.tracker.client.update_run(run_id, status="RUNNING")
             self.tracker.set_tags(run_id, invocation)
             self.parent_run_id = run_id
-
-        self.submit(call)
-
-    def warm_up(self) -> None:
-        """Import what the end-of-sweep plots need while trials run, not after."""
-
-        def call() -> None:
-            if self.interrupted:
-                return  # leaving early: no plots to draw
-            import matplotlib
-
-            matplotlib.use("Agg")
-            import matplotlib.pyplot
-            import optuna.importance
-            import optuna.visualization.matplotlib  # noqa: F401
 
         self.submit(call)
 
@@ -204,7 +195,6 @@ class SweepTracker:
 
         An interrupted launch closes it KILLED at once; the next full launch draws the plots.
         """
-        self.interrupted = interrupted
 
         def call() -> None:
             client = self.tracker.client
