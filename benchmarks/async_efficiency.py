@@ -66,7 +66,6 @@ def ideal_makespan(durations: list[float]) -> float:
 def run_paiexp(root: Path) -> float:
     from paiexp.compose import compose as compose_config
     from paiexp.compose import locate_project, to_object
-    from paiexp.runs import open_tracker
     from paiexp.sweep.launcher import Launcher, prepare_sweep
     from paiexp.sweep.progress import Progress
 
@@ -74,7 +73,7 @@ def run_paiexp(root: Path) -> float:
     cfg = compose_config(project, ["+sweep=sleep"])
     config = to_object(cfg)
     prepared = prepare_sweep(cfg, config, project.base_dir, ("+sweep=sleep",))
-    launcher = Launcher(prepared, lambda: open_tracker(config), Progress(JOBS, prepared.objectives))
+    launcher = Launcher(prepared, Progress(JOBS, prepared.objectives))
     marks: dict[str, float] = {}
     loop = launcher.loop
 

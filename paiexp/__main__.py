@@ -6,4 +6,5 @@ import sys
 
 from paiexp.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # not when multiprocessing's spawn imports this module
+    sys.exit(main())

@@ -162,12 +162,11 @@ def _run(job: PreparedJob, *, quiet: bool, extra_tags: dict[str, str] | None = N
 
 
 def _sweep(prepared: PreparedSweep) -> int:
-    from paiexp.runs import open_tracker
     from paiexp.sweep.launcher import Launcher
     from paiexp.sweep.progress import Progress, print_summary
 
     progress = Progress(prepared.sweep.n_trials, prepared.objectives)
-    outcome = Launcher(prepared, lambda: open_tracker(prepared.config), progress).run()
+    outcome = Launcher(prepared, progress).run()
     print_summary(
         progress.console, outcome, prepared.objectives, prepared.storage, prepared.study_name
     )

@@ -202,7 +202,7 @@ def test_ctrl_c_with_detach_leaves_jobs_running_for_the_next_launch(tmp_path: Pa
     root = synthetic_project(
         tmp_path,
         {
-            "params": {"x": "interval(-1, 1)", "duration": 8.0},
+            "params": {"x": "interval(-1, 1)", "duration": 15.0},
             "n_trials": 3,
             "on_interrupt": "detach",
         },

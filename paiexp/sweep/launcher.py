@@ -27,7 +27,6 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -41,7 +40,7 @@ from paiexp.config import Config, SweepConfig
 from paiexp.errors import UserError
 from paiexp.metrics import MetricPoint
 from paiexp.monitor import JobMonitor, JobResult
-from paiexp.record import RunRecord, SourceInfo, make_record, source_info
+from paiexp.record import SourceInfo, source_info
 from paiexp.redact import redact_url
 from paiexp.spec import JobSpec
 from paiexp.sweep.progress import Progress
@@ -56,9 +55,14 @@ from paiexp.sweep.study import (
     parse_objectives,
     storage_location,
 )
-from paiexp.sweep.tracking import TRIAL_STATE_TO_RUN_STATUS, SweepTracker
+from paiexp.sweep.tracking import (
+    PARENT_RUN_ATTR,
+    TRIAL_STATE_TO_RUN_STATUS,
+    SweepTracker,
+    TrackingSetup,
+    TrialRecord,
+)
 from paiexp.sweep.trials import TrialBuilder
-from paiexp.tracking import MlflowTracker
 
 JOB_NAME = "paiexp:job_name"
 JOB_ID = "paiexp:job_id"
@@ -68,7 +72,6 @@ RETRIED = "paiexp:retried"
 ATTEMPT = "paiexp:attempt"
 PRUNING = "paiexp:pruning"
 SWEEP_ID = "paiexp:sweep_id"
-PARENT_RUN = "paiexp:parent_run_id"
 
 
 @dataclass(frozen=True)
@@ -148,15 +151,9 @@ class SweepOutcome:
 
 
 class Launcher:
-    def __init__(
-        self,
-        prepared: PreparedSweep,
-        open_tracker: Callable[[], MlflowTracker],
-        progress: Progress,
-    ) -> None:
+    def __init__(self, prepared: PreparedSweep, progress: Progress) -> None:
         self.p = prepared
         self.backend = prepared.backend
-        self.open_tracker = open_tracker
         self.progress = progress
         self.inflight: list[InFlight] = []
         self.stop_reason: str | None = None
@@ -232,10 +229,9 @@ class Launcher:
         params.update({f"space.{n}": p.describe() for n, p in self.p.space.params.items()})
         self.tracking.open_parent(
             self.sweep_id,
-            self.study.user_attrs.get(PARENT_RUN),
+            self.study.user_attrs.get(PARENT_RUN_ATTR),
             {"study_name": self.p.study_name, "tags": invocation, "params": params},
             invocation,
-            remember=lambda run_id: self.study.set_user_attr(PARENT_RUN, run_id),
         )
 
     # -- the loop --------------------------------------------------------------------------
@@ -243,11 +239,21 @@ class Launcher:
     def run(self) -> SweepOutcome:
         self.backend.set_concurrency(self.p.sweep.parallelism)
         self.open_study()  # may still reject the sweep: before anything is tracked
-        self.tracking = SweepTracker(self.open_tracker)
-        self.open_parent_run()  # MLflow opens on the worker while the first trials run
-        finished = [t for t in self.study.get_trials(deepcopy=False) if t.state.is_finished()]
-        if finished:
-            self.tracking.submit(lambda: self.reconcile_finished_trials(finished))
+        p = self.p
+        self.tracking = SweepTracker(
+            TrackingSetup(
+                tracker_uri=p.config.tracker.uri,
+                experiment=p.config.tracker.experiment,
+                storage=p.storage,
+                study_name=p.study_name,
+                backend=p.config.backend,
+                base_dir=p.base_dir,
+                overrides=p.overrides,
+                source=p.source,
+            )
+        )
+        self.open_parent_run()  # MLflow opens in the tracking process while trials run
+        self.tracking.reconcile(self.finished_before())
         self.adopt_running_trials()
         previous = signal.signal(signal.SIGINT, self._on_interrupt)
         # The loop wakes briefly per event while the tracking worker runs long stretches of
@@ -261,7 +267,7 @@ class Launcher:
             signal.signal(signal.SIGINT, previous)
             sys.setswitchinterval(switch_interval)
         self.publish_best()  # the study's best, even if a killed launch lost its last update
-        self.tracking.finish_parent(self.study, interrupted=bool(self.interrupts))
+        self.tracking.finish_parent(interrupted=bool(self.interrupts))
         uri = self.tracking.close()
         return SweepOutcome(
             self.study,
@@ -269,7 +275,7 @@ class Launcher:
             self.stop_failed,
             bool(self.interrupts),
             uri,
-            self.tracking.worker.errors,
+            self.tracking.errors,
         )
 
     def loop(self) -> None:
@@ -373,15 +379,6 @@ class Launcher:
         labels = {"paiexp-study": self.p.study_name, "paiexp-trial": str(number)}
         return dataclasses.replace(spec, labels={**spec.labels, **labels})
 
-    def record(self, params: dict[str, Any], spec: JobSpec) -> RunRecord:
-        return make_record(
-            self.p.trials.data(params),
-            spec,
-            project_dir=self.p.base_dir,
-            overrides=self.p.overrides,
-            source=self.p.source,
-        )
-
     def start_child(self, trial: Any, spec: JobSpec, *, adopted: bool = False) -> None:
         params = dict(trial.params)
         tags = {
@@ -390,9 +387,8 @@ class Launcher:
             "paiexp.sweep_id": self.sweep_id,
             "optuna.params": str({k: str(v) for k, v in params.items()}),
         }
-        self.tracking.start_child(
-            spec.name, lambda: self.record(params, spec), tags, adopted=adopted
-        )
+        record = TrialRecord(spec, self.p.trials.data(params))
+        self.tracking.start_child(spec.name, record, tags, adopted=adopted)
 
     def launch(self, trial: Any, *, adopted: Any = None) -> None:
         """Submit (or find again) the trial's job, and have its child run created.
@@ -500,15 +496,7 @@ class Launcher:
         status = TRIAL_STATE_TO_RUN_STATUS[state.name]
         unlogged = flight.monitor.take_unlogged()
         self.tracking.finish_child(
-            flight.spec.name,
-            lambda tracker, run_id: tracker.finish(
-                run_id,
-                result,
-                unlogged=unlogged,
-                status=status,
-                reason=reason,
-                extra_tags={"paiexp.trial_state": state.name},
-            ),
+            flight.spec.name, result, unlogged, status, reason, {"paiexp.trial_state": state.name}
         )
         self.progress.finished(trial.number, state.name, values, reason)
         self.publish_best()
@@ -524,9 +512,7 @@ class Launcher:
             self.retry(trial)
         self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
         if job_name:
-            self.tracking.finish_child(
-                job_name, lambda tracker, run_id: tracker.fail(run_id, reason)
-            )
+            self.tracking.fail_child(job_name, reason)
         self.progress.finished(trial.number, "FAIL", None, reason)
 
     def retry(self, trial: Any, *, consume_attempt: bool = True) -> None:
@@ -597,50 +583,32 @@ class Launcher:
         pid, _, start = rest.partition(":")
         return not process_alive(int(pid), start)
 
-    def reconcile_finished_trials(self, finished: list[Any]) -> None:
-        """Give each trial that had finished before this launch a closed run: a crash may
-        have dropped the calls that were queued for it. Runs on the tracking worker.
-        """
-        tracker = self.tracking.tracker
-        children = self.tracking.children()
-        for trial in finished:
+    def finished_before(self) -> list[dict[str, Any]]:
+        """Trials that had finished before this launch, for the tracking process to check
+        that each has a closed run (a crash may have dropped the calls queued for it)."""
+        trials = []
+        for trial in self.study.get_trials(deepcopy=False):
             name = trial.user_attrs.get(JOB_NAME)
-            run_id, status = children.get(name, (None, "")) if name else (None, "")
-            if name is None or status in TRIAL_STATE_TO_RUN_STATUS.values():
+            if not trial.state.is_finished() or name is None:
                 continue
             try:
                 spec = self.trial_spec(trial.params, trial.number, name)
             except UserError:
                 continue  # a trial the schema rejected never had a run
-            if run_id is None:
-                record = self.record(trial.params, spec)
-                run_id = tracker.create_run(
-                    record,
-                    run_name=f"trial-{trial.number}",
-                    parent_run_id=self.tracking.parent_run_id,
-                    extra_tags={
+            trials.append(
+                {
+                    "job_name": name,
+                    "number": trial.number,
+                    "state": trial.state.name,
+                    "reason": trial.user_attrs.get(REASON),
+                    "record": TrialRecord(spec, self.p.trials.data(trial.params)),
+                    "tags": {
                         "paiexp.trial_number": str(trial.number),
                         "paiexp.sweep_id": self.sweep_id,
                     },
-                )
-                tracker.log_record(run_id, record)
-            self.tracking.runs[name] = run_id
-            handle = self.backend.find(name)
-            reason = trial.user_attrs.get(REASON)
-            if handle is None:
-                tracker.fail(run_id, reason or "the job was never submitted")
-                continue
-            monitor = JobMonitor(self.backend, handle, spec, self.log_root / f"{name}.log")
-            job_status = self.backend.poll([handle])[handle.id]
-            monitor.pull(final=True)
-            tracker.finish(
-                run_id,
-                monitor.result(job_status),
-                unlogged=monitor.take_unlogged(),
-                status=TRIAL_STATE_TO_RUN_STATUS[trial.state.name],
-                reason=reason,
-                extra_tags={"paiexp.trial_state": trial.state.name},
+                }
             )
+        return trials
 
 
 def _retried(trial: Any) -> bool:

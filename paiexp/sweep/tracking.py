@@ -1,118 +1,104 @@
 """MLflow for a sweep: one parent run per study, one child run per trial.
 
-Child runs are created synchronously (their id is recorded in the trial before its job is
-submitted); everything else goes through :class:`TrackingWorker`, one background thread that
-applies MLflow calls in order, so a finished trial's slot is refilled without waiting for
-MLflow.  A launcher that dies loses at most queued calls; resume re-applies them.
+All of it runs in a child process, fed plain data (records, results, best values) through a
+queue, in order.  The launcher never imports MLflow, never waits for it and never shares an
+interpreter lock with it: MLflow's seconds of start-up overlap the first trials without
+delaying them.  The child dies with the launcher (a crash loses at most queued calls, which
+the next launch reconciles) and ignores Ctrl-C, so an interrupted sweep still closes its runs.
+Child runs are found again by their job name (a tag), which a trial records before its job
+exists.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import multiprocessing
 import os
 import queue
+import signal
 import tempfile
-import threading
-import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from paiexp.record import RunRecord
-from paiexp.tracking import MlflowTracker
+from paiexp.metrics import MetricPoint
+from paiexp.monitor import JobMonitor, JobResult
+from paiexp.record import SourceInfo, make_record
+from paiexp.spec import JobSpec
 
 log = logging.getLogger(__name__)
 
 SWEEP_ID_TAG = "paiexp.sweep_id"
+PARENT_RUN_ATTR = "paiexp:parent_run_id"
 WORKER_NICENESS = 10
 TRIAL_STATE_TO_RUN_STATUS = {"COMPLETE": "FINISHED", "FAIL": "FAILED", "PRUNED": "KILLED"}
 
 
-class TrackingWorker:
-    """Runs tracking calls one after another on a background thread."""
+@dataclass(frozen=True)
+class TrackingSetup:
+    """What the tracking process needs to know of the sweep."""
 
-    def __init__(self) -> None:
-        self._queue: queue.Queue[Callable[[], None] | None] = queue.Queue()
-        self.errors: list[str] = []
-        self._thread = threading.Thread(target=self._work, name="paiexp-tracking", daemon=True)
-        self._thread.start()
+    tracker_uri: str | None
+    experiment: str
+    storage: str
+    study_name: str
+    backend: Any  # the backend's config, to read finished jobs when reconciling
+    base_dir: Path
+    overrides: tuple[str, ...]
+    source: SourceInfo | None
 
-    def submit(self, call: Callable[[], None]) -> None:
-        self._queue.put(call)
 
-    def flush(self) -> None:
-        self._queue.join()
+@dataclass(frozen=True)
+class TrialRecord:
+    """What a trial's run records: its job and its resolved config."""
 
-    def close(self) -> None:
-        self._queue.put(None)
-        self._thread.join()
-
-    def _work(self) -> None:
-        # Bookkeeping yields the CPU to the launch loop and to starting jobs (a Linux thread
-        # has its own nice value).
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WORKER_NICENESS)
-        while True:
-            call = self._queue.get()
-            try:
-                if call is None:
-                    return
-                call()
-            except Exception as exc:  # tracking must never take the sweep down
-                self.errors.append(repr(exc))
-                log.warning("MLflow tracking call failed: %r", exc)
-            finally:
-                self._queue.task_done()
+    spec: JobSpec
+    data: dict[str, Any]
 
 
 class SweepTracker:
-    """The sweep's MLflow side. Every call runs on the worker, in order, MLflow's import and
-    the opening of its store included: the launcher never waits for MLflow, and the first
-    trials run while it starts.  ``fatal`` tells the launcher when tracking cannot work.
-    """
+    """The launcher's handle on the tracking process. ``fatal`` says when tracking cannot
+    work (the launcher then stops submitting)."""
 
-    def __init__(self, open_tracker: Callable[[], MlflowTracker]) -> None:
-        self.worker = TrackingWorker()
-        self.fatal: str | None = None
-        self.parent_run_id = ""
-        self.runs: dict[str, str] = {}  # job name -> run id
-        self._best_run_id: str | None = None
-        self._tracker: MlflowTracker | None = None
-        self.submit(lambda: None, opener=open_tracker)
+    def __init__(self, setup: TrackingSetup) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._calls: Any = context.Queue()
+        self._replies: Any = context.Queue()
+        self._process = context.Process(
+            target=serve,
+            args=(setup, self._calls, self._replies, os.getpid()),
+            name="paiexp-tracking",
+            daemon=True,
+        )
+        self._process.start()
+        self._fatal: str | None = None
+        self.errors: list[str] = []
+        self.uri: str | None = None
+
+    def _send(self, name: str, **kwargs: Any) -> None:
+        self._calls.put((name, kwargs))
 
     @property
-    def tracker(self) -> MlflowTracker:
-        assert self._tracker is not None, "only on the worker, after the tracker opened"
-        return self._tracker
+    def fatal(self) -> str | None:
+        self._read_replies()
+        return self._fatal
 
-    def submit(
-        self,
-        call: Callable[[], None],
-        opener: Callable[[], MlflowTracker] | None = None,
-    ) -> None:
-        """Queue ``call`` on the worker; skipped once tracking has failed for good."""
-
-        def guarded() -> None:
-            if self.fatal:
-                return
+    def _read_replies(self, *, block: bool = False) -> None:
+        while True:
             try:
-                if opener is not None:
-                    self._tracker = opener()
-                call()
-            except Exception as exc:
-                if opener is not None or not self.parent_run_id:
-                    self.fatal = f"{exc}"
-                raise
-
-        self.worker.submit(guarded)
-
-    def close(self) -> str | None:
-        """Wait for every queued call; returns the tracking URI, if tracking ever opened."""
-        self.worker.close()
-        return self._tracker.uri if self._tracker else None
-
-    # -- parent ----------------------------------------------------------------------------
+                kind, text = self._replies.get(block=block, timeout=None)
+            except queue.Empty:
+                return
+            if kind == "fatal":
+                self._fatal = text
+                self.errors.append(text)
+            elif kind == "error":
+                self.errors.append(text)
+            elif kind == "closed":
+                self.uri = text
+                return
 
     def open_parent(
         self,
@@ -120,23 +106,171 @@ class SweepTracker:
         known_run_id: str | None,
         create: Mapping[str, Any],
         invocation: Mapping[str, str],
-        remember: Callable[[str], None],
+    ) -> None:
+        self._send(
+            "open_parent",
+            sweep_id=sweep_id,
+            known_run_id=known_run_id,
+            create=dict(create),
+            invocation=dict(invocation),
+        )
+
+    def reconcile(self, trials: list[dict[str, Any]]) -> None:
+        self._send("reconcile", trials=trials)
+
+    def start_child(
+        self, job_name: str, record: TrialRecord, tags: Mapping[str, str], *, adopted: bool = False
+    ) -> None:
+        self._send(
+            "start_child", job_name=job_name, record=record, tags=dict(tags), adopted=adopted
+        )
+
+    def finish_child(
+        self,
+        job_name: str,
+        result: JobResult,
+        unlogged: list[MetricPoint],
+        status: str,
+        reason: str | None,
+        tags: Mapping[str, str],
+    ) -> None:
+        self._send(
+            "finish_child",
+            job_name=job_name,
+            result=result,
+            unlogged=unlogged,
+            status=status,
+            reason=reason,
+            tags=dict(tags),
+        )
+
+    def fail_child(self, job_name: str, reason: str) -> None:
+        self._send("fail_child", job_name=job_name, reason=reason)
+
+    def update_best(
+        self, metrics: Mapping[str, float], step: int, tags: Mapping[str, str], best_job: str | None
+    ) -> None:
+        self._send(
+            "update_best", metrics=dict(metrics), step=step, tags=dict(tags), best_job=best_job
+        )
+
+    def finish_parent(self, *, interrupted: bool) -> None:
+        self._send("finish_parent", interrupted=interrupted)
+
+    def close(self) -> str | None:
+        """Wait until every queued call is done; returns the tracking URI, if it opened."""
+        self._send("close")
+        self._read_replies(block=True)
+        self._process.join()
+        return self.uri
+
+
+def serve(setup: TrackingSetup, calls: Any, replies: Any, launcher_pid: int) -> None:
+    """The tracking process: applies the launcher's calls in order until ``close``."""
+    _die_with(launcher_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
+    with contextlib.suppress(OSError):
+        os.nice(WORKER_NICENESS)  # bookkeeping yields the CPU to starting jobs
+    server = _Server(setup)
+    warmed = False
+    while True:
+        try:  # when idle, import what the end-of-sweep plots need (never ahead of a call)
+            name, kwargs = calls.get(timeout=None if warmed or not server.opened else 0.5)
+        except queue.Empty:
+            warmed = True
+            with contextlib.suppress(Exception):
+                server.warm_up()
+            continue
+        if name == "close":
+            replies.put(("closed", server.tracker.uri if server.opened else None))
+            return
+        if server.fatal:
+            continue
+        try:
+            getattr(server, name)(**kwargs)
+        except Exception as exc:  # tracking must never take the sweep down
+            text = f"{name}: {exc}"
+            if not server.parent_run_id:  # nothing can be tracked without a parent run
+                server.fatal = text
+                replies.put(("fatal", text))
+            else:
+                replies.put(("error", text))
+                log.warning("MLflow tracking call failed: %s", text)
+
+
+def _die_with(launcher_pid: int) -> None:
+    """Be killed with the launcher (Linux), as a thread would be: a launcher killed with
+    SIGKILL must not leave this process writing runs the next launch also writes."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != launcher_pid:
+        os._exit(0)
+
+
+class _Server:
+    def __init__(self, setup: TrackingSetup) -> None:
+        self.setup = setup
+        self.fatal: str | None = None
+        self.parent_run_id = ""
+        self.runs: dict[str, str] = {}  # job name -> run id
+        self._best_run_id: str | None = None
+        self._tracker: Any = None
+        self._study: Any = None
+
+    @property
+    def opened(self) -> bool:
+        return self._tracker is not None
+
+    @property
+    def tracker(self) -> Any:
+        if self._tracker is None:
+            from paiexp.tracking import MlflowTracker
+
+            self._tracker = MlflowTracker(self.setup.tracker_uri, self.setup.experiment)
+        return self._tracker
+
+    @property
+    def study(self) -> Any:
+        if self._study is None:
+            import optuna
+
+            from paiexp.sweep.study import create_storage
+
+            optuna.logging.set_verbosity(optuna.logging.WARNING)
+            self._study = optuna.load_study(
+                study_name=self.setup.study_name, storage=create_storage(self.setup.storage)
+            )
+        return self._study
+
+    def record(self, record: TrialRecord) -> Any:
+        return make_record(
+            record.data,
+            record.spec,
+            project_dir=self.setup.base_dir,
+            overrides=self.setup.overrides,
+            source=self.setup.source,
+        )
+
+    # -- parent ----------------------------------------------------------------------------
+
+    def open_parent(
+        self,
+        sweep_id: str,
+        known_run_id: str | None,
+        create: dict[str, Any],
+        invocation: dict[str, str],
     ) -> None:
         """Find or create the study's parent run and mark it RUNNING again."""
+        run_id = self._parent_run(sweep_id, known_run_id, create)
+        if run_id != known_run_id:
+            self.study.set_user_attr(PARENT_RUN_ATTR, run_id)
+        self.tracker.client.update_run(run_id, status="RUNNING")
+        self.tracker.set_tags(run_id, invocation)
+        self.parent_run_id = run_id
 
-        def call() -> None:
-            run_id = self._parent_run(sweep_id, known_run_id, create)
-            if run_id != known_run_id:
-                remember(run_id)
-            self.tracker.client.update_run(run_id, status="RUNNING")
-            self.tracker.set_tags(run_id, invocation)
-            self.parent_run_id = run_id
-
-        self.submit(call)
-
-    def _parent_run(
-        self, sweep_id: str, known_run_id: str | None, create: Mapping[str, Any]
-    ) -> str:
+    def _parent_run(self, sweep_id: str, known_run_id: str | None, create: dict[str, Any]) -> str:
         """The recorded parent run, else the one tagged with the sweep id, else a new one."""
         from mlflow.entities import Param
         from mlflow.exceptions import MlflowException
@@ -164,56 +298,52 @@ class SweepTracker:
         client.log_batch(run.info.run_id, params=params)
         return str(run.info.run_id)
 
+    def warm_up(self) -> None:
+        """Import what the end-of-sweep plots need while trials run, not after."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot
+        import optuna.importance
+        import optuna.visualization.matplotlib  # noqa: F401
+
     def update_best(
-        self,
-        metrics: Mapping[str, float],
-        step: int,
-        tags: Mapping[str, str],
-        best_job: str | None,
+        self, metrics: dict[str, float], step: int, tags: dict[str, str], best_job: str | None
     ) -> None:
-        def call() -> None:
-            from mlflow.entities import Metric, RunTag
+        import time
 
-            client = self.tracker.client
-            now = _now_ms()
-            client.log_batch(
-                self.parent_run_id,
-                metrics=[Metric(k, v, now, step) for k, v in metrics.items()],
-                tags=[RunTag(k, v) for k, v in tags.items()],
-            )
-            best_run_id = self.runs.get(best_job) if best_job else None
-            if best_run_id and best_run_id != self._best_run_id:
-                if self._best_run_id:
-                    client.set_tag(self._best_run_id, "paiexp.best", "false")
-                client.set_tag(best_run_id, "paiexp.best", "true")
-                self._best_run_id = best_run_id
+        from mlflow.entities import Metric, RunTag
 
-        self.submit(call)
+        client = self.tracker.client
+        now = int(time.time() * 1000)
+        client.log_batch(
+            self.parent_run_id,
+            metrics=[Metric(k, v, now, step) for k, v in metrics.items()],
+            tags=[RunTag(k, v) for k, v in tags.items()],
+        )
+        best_run_id = self.runs.get(best_job) if best_job else None
+        if best_run_id and best_run_id != self._best_run_id:
+            if self._best_run_id:
+                client.set_tag(self._best_run_id, "paiexp.best", "false")
+            client.set_tag(best_run_id, "paiexp.best", "true")
+            self._best_run_id = best_run_id
 
-    def finish_parent(self, study: Any, *, interrupted: bool) -> None:
+    def finish_parent(self, interrupted: bool) -> None:
         """Plots and the trials table as artifacts; then close the parent run.
 
         An interrupted launch closes it KILLED at once; the next full launch draws the plots.
         """
-
-        def call() -> None:
-            client = self.tracker.client
-            if not interrupted:
-                with tempfile.TemporaryDirectory() as directory:
-                    for artifact_dir, path in _study_artifacts(study, Path(directory)):
-                        client.log_artifact(self.parent_run_id, str(path), artifact_dir)
-            client.set_terminated(
-                self.parent_run_id, status="KILLED" if interrupted else "FINISHED"
-            )
-
-        self.submit(call)
+        client = self.tracker.client
+        if not interrupted:
+            with tempfile.TemporaryDirectory() as directory:
+                for artifact_dir, path in _study_artifacts(self.study, Path(directory)):
+                    client.log_artifact(self.parent_run_id, str(path), artifact_dir)
+        client.set_terminated(self.parent_run_id, status="KILLED" if interrupted else "FINISHED")
 
     # -- children --------------------------------------------------------------------------
-    # A child run is found by its job name (a tag), which the trial records before its job
-    # exists; so runs are created off the launcher's path, on the worker.
 
     def children(self) -> dict[str, tuple[str, str]]:
-        """The parent's child runs: job name -> (run id, status). On the worker."""
+        """The parent's child runs: job name -> (run id, status)."""
         found = self.tracker.client.search_runs(
             [self.tracker.experiment_id],
             filter_string=f"tags.`mlflow.parentRunId` = '{self.parent_run_id}'",
@@ -225,42 +355,86 @@ class SweepTracker:
         }
 
     def start_child(
-        self,
-        job_name: str,
-        make_record: Callable[[], RunRecord],
-        tags: Mapping[str, str],
-        *,
-        adopted: bool = False,
+        self, job_name: str, record: TrialRecord, tags: dict[str, str], adopted: bool
     ) -> None:
         """Create a trial's run (an adopted trial's may exist: reuse it) and log its record."""
+        full = self.record(record)
+        existing = self.children().get(job_name, (None, ""))[0] if adopted else None
+        run_id = existing or self.tracker.create_run(
+            full,
+            run_name=tags.get("mlflow.runName", job_name),
+            parent_run_id=self.parent_run_id,
+            extra_tags=tags,
+        )
+        self.runs[job_name] = run_id
+        self.tracker.log_record(run_id, full)
 
-        def call() -> None:
-            record = make_record()
-            existing = self.children().get(job_name, (None, ""))[0] if adopted else None
-            run_id = existing or self.tracker.create_run(
-                record,
-                run_name=str(tags.get("mlflow.runName", job_name)),
-                parent_run_id=self.parent_run_id,
-                extra_tags=tags,
+    def finish_child(
+        self,
+        job_name: str,
+        result: JobResult,
+        unlogged: list[MetricPoint],
+        status: str,
+        reason: str | None,
+        tags: dict[str, str],
+    ) -> None:
+        self.tracker.finish(
+            self.runs[job_name],
+            result,
+            unlogged=unlogged,
+            status=status,
+            reason=reason,
+            extra_tags=tags,
+        )
+
+    def fail_child(self, job_name: str, reason: str) -> None:
+        self.tracker.fail(self.runs[job_name], reason)
+
+    def reconcile(self, trials: list[dict[str, Any]]) -> None:
+        """Give each trial that had finished before this launch a closed run: a crash may
+        have dropped the calls that were queued for it."""
+        from paiexp.backends import create_backend
+
+        children = self.children()
+        backend = create_backend(self.setup.backend, self.setup.base_dir)
+        log_root = self.setup.base_dir / ".paiexp" / "logs"
+        for trial in trials:
+            name, record = trial["job_name"], trial["record"]
+            run_id, status = children.get(name, (None, ""))
+            if status in TRIAL_STATE_TO_RUN_STATUS.values():
+                continue
+            if run_id is None:
+                full = self.record(record)
+                run_id = self.tracker.create_run(
+                    full,
+                    run_name=f"trial-{trial['number']}",
+                    parent_run_id=self.parent_run_id,
+                    extra_tags=trial["tags"],
+                )
+                self.tracker.log_record(run_id, full)
+            self.runs[name] = run_id
+            handle = backend.find(name)
+            if handle is None:
+                self.tracker.fail(run_id, trial["reason"] or "the job was never submitted")
+                continue
+            monitor = JobMonitor(backend, handle, record.spec, log_root / f"{name}.log")
+            job_status = backend.poll([handle])[handle.id]
+            monitor.pull(final=True)
+            self.tracker.finish(
+                run_id,
+                monitor.result(job_status),
+                unlogged=monitor.take_unlogged(),
+                status=TRIAL_STATE_TO_RUN_STATUS[trial["state"]],
+                reason=trial["reason"],
+                extra_tags={"paiexp.trial_state": trial["state"]},
             )
-            self.runs[job_name] = run_id
-            self.tracker.log_record(run_id, record)
-
-        self.submit(call)
-
-    def finish_child(self, job_name: str, finish: Callable[[MlflowTracker, str], None]) -> None:
-        """Close a trial's run (after :meth:`start_child`, on the same worker)."""
-        self.submit(lambda: finish(self.tracker, self.runs[job_name]))
-
-
-def _now_ms() -> int:
-    import time
-
-    return int(time.time() * 1000)
 
 
 def _study_artifacts(study: Any, directory: Path) -> list[tuple[str, Path]]:
     """(artifact dir, file): every trial as CSV; optimization history and importances as PNG."""
+    import warnings
+    from collections.abc import Callable
+
     import optuna
     from optuna.trial import TrialState
 
