@@ -47,6 +47,37 @@ def assert_nothing_started(directory: Path) -> None:
         assert not (directory / name).exists(), f"{name} was created in {directory}"
 
 
+HEAVY_MODULES = ("mlflow", "optuna", "docker", "alibabacloud_paistudio20220112", "oss2")
+
+
+def run_without_heavy_imports(
+    cwd: Path, calls: list[tuple[list[str], int]]
+) -> subprocess.CompletedProcess[str]:
+    """Run ``paiexp.cli.main(argv)`` for each call in one fresh interpreter, check each exit
+    code, then check that none of the heavy libraries was imported (a typo is reported at
+    once). The process fails if anything does not hold."""
+    script = "\n".join(
+        [
+            "import os, sys",
+            f"os.chdir({str(cwd)!r})",
+            "from paiexp.cli import main",
+            *(f"assert main({argv!r}) == {code}, {argv!r}" for argv, code in calls),
+            f"heavy = {HEAVY_MODULES!r}",
+            "loaded = sorted(n for n in sys.modules",
+            "                if any(n == h or n.startswith(h + '.') for h in heavy))",
+            "assert not loaded, f'heavy modules imported: {loaded}'",
+        ]
+    )
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=cwd,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def mlflow_client(directory: Path):
     from mlflow.tracking import MlflowClient
 

@@ -7,20 +7,14 @@ started: no MLflow store, no job directory.
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
-import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, assert_nothing_started, clean_env, run_paiexp
+from conftest import REPO, assert_nothing_started, run_paiexp, run_without_heavy_imports
 
 ERROR_PREFIX = "paiexp: error: "
-HEAVY_MODULES = ("mlflow", "optuna", "docker", "alibabacloud_paistudio20220112", "oss2")
-MARKER = "PAIEXP-IMPORT-CHECK-DONE"
-TIMEOUT = 120
 
 
 def make_project(directory: Path) -> Path:
@@ -171,33 +165,6 @@ def test_cfg_job_prints_composed_job(tmp_path: Path) -> None:
 
 def test_cfg_and_bad_input_do_not_import_heavy_modules(tmp_path: Path) -> None:
     cwd = make_project(tmp_path)
-    script = textwrap.dedent(
-        f"""
-        import os, sys
-        os.chdir({str(cwd)!r})
-        from paiexp.cli import main
-
-        assert main(["--cfg", "job"]) == 0
-        assert main(["job.foo=1"]) == 2
-        heavy = {HEAVY_MODULES!r}
-        loaded = sorted(
-            name for name in sys.modules
-            if any(name == h or name.startswith(h + ".") for h in heavy)
-        )
-        assert not loaded, f"heavy modules imported: {{loaded}}"
-        print({MARKER!r})
-        """
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=cwd,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-    )
+    done = run_without_heavy_imports(cwd, [(["--cfg", "job"], 0), (["job.foo=1"], 2)])
     assert done.returncode == 0, done.stderr
     assert "xgb-breast-cancer" in done.stdout
-    assert done.stdout.rstrip().endswith(MARKER)
-    assert done.stderr.startswith(ERROR_PREFIX + "job.foo")
-    assert_nothing_started(tmp_path)
