@@ -7,7 +7,7 @@ for new log lines; a single run is the same with one job.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,8 +45,12 @@ class JobMonitor:
         spec: JobSpec,
         log_path: Path,
         echo: Callable[[str], None] | None = None,
+        logged: Mapping[str, int] | None = None,
     ) -> None:
+        """``logged``: how many steps of each metric its run holds already (a re-attached
+        job's log is read from its start again; those steps are not logged twice)."""
         self.backend = backend
+        self.logged = dict(logged or {})
         self.handle = handle
         self.spec = spec
         self.log_path = log_path
@@ -71,7 +75,7 @@ class JobMonitor:
             for line in chunk.lines:
                 self.echo(line)
         points = self.extractor.feed(chunk.lines)
-        self.unlogged.extend(points)
+        self.unlogged.extend(p for p in points if p.step >= self.logged.get(p.name, 0))
         return points
 
     def take_unlogged(self) -> list[MetricPoint]:

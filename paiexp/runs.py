@@ -103,6 +103,7 @@ def follow(
     base_dir: Path,
     *,
     echo: Echo | None = print,
+    logged: dict[str, int] | None = None,
 ) -> JobResult:
     """Watch a submitted job until it ends, streaming metrics to its run, then close the run.
 
@@ -110,7 +111,7 @@ def follow(
     picked up again with ``paiexp attach JOB_NAME``.
     """
     log_path = base_dir / ".paiexp" / "logs" / f"{spec.name}.log"
-    monitor = JobMonitor(backend, handle, spec, log_path, echo=echo)
+    monitor = JobMonitor(backend, handle, spec, log_path, echo=echo, logged=logged)
     stopping = False
     last_flush = time.monotonic()
     while True:
@@ -159,8 +160,10 @@ def attach(
         _say(f"run {tracked.run_id} of job {job_name} is already {tracked.status}")
         return tracked.run_id, None
     spec = JobSpec.from_dict(json.loads(tracker.load_text(tracked.run_id, SPEC_ARTIFACT)))
+    names = [definition.name for definition in spec.metric_definitions]
+    logged = tracker.logged_steps(tracked.run_id, names)  # flushed by the launcher that died
     return tracked.run_id, follow(
-        backend, handle, spec, tracker, tracked.run_id, base_dir, echo=echo
+        backend, handle, spec, tracker, tracked.run_id, base_dir, echo=echo, logged=logged
     )
 
 

@@ -200,6 +200,14 @@ class MlflowTracker:
         )
         return _tracked(runs[0]) if runs else None
 
+    def logged_steps(self, run_id: str, names: Iterable[str]) -> dict[str, int]:
+        """How many steps of each metric a run holds (its highest step + 1)."""
+        steps = {}
+        for name in names:
+            history = self.client.get_metric_history(run_id, name)
+            steps[name] = max((m.step for m in history), default=-1) + 1
+        return steps
+
     def get_run(self, run_id: str) -> TrackedRun:
         return _tracked(self.client.get_run(run_id))
 

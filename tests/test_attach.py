@@ -71,3 +71,36 @@ def test_attach_to_an_unknown_job_is_a_user_error(project: Path) -> None:
     result = run_paiexp(project, "attach", "no-such-job")
     assert result.returncode == 2
     assert result.stderr.strip().startswith("paiexp: error: no MLflow run")
+
+
+def test_attach_does_not_log_again_what_the_dead_launcher_flushed(project: Path) -> None:
+    command = (
+        'job.command=\'for i in $(seq 0 15); do echo "[$i] validation-logloss:0.$i"; '
+        "sleep 0.5; done; echo test-auc=0.8'"
+    )
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "paiexp", "-q", command],
+        cwd=project,
+        env=clean_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_for_running_job(project)
+    client = mlflow_client(project)
+    deadline = time.monotonic() + 60
+    while True:  # until the launcher's periodic flush has put some steps in the run
+        runs = all_runs(project)
+        flushed = runs and client.get_metric_history(runs[0].info.run_id, "validation-logloss")
+        if flushed:
+            break
+        assert time.monotonic() < deadline, "the launcher never flushed metrics"
+        time.sleep(0.2)
+    os.kill(launcher.pid, signal.SIGKILL)
+    launcher.wait()
+    assert 0 < len(flushed) < 16
+
+    job_name = runs[0].data.tags["paiexp.job_name"]
+    result = run_paiexp(project, "attach", job_name, "-q")
+    assert result.returncode == 0, result.stderr
+    history = client.get_metric_history(runs[0].info.run_id, "validation-logloss")
+    assert sorted(m.step for m in history) == list(range(16))  # each step exactly once
