@@ -82,7 +82,8 @@ def execute(
 ) -> tuple[str, JobResult]:
     """Track, submit and follow a prepared job to its end; returns the run id and result."""
     record = make_record(job.data, job.spec, project_dir=job.base_dir, overrides=job.overrides)
-    run_id = tracker.start_run(record, extra_tags=extra_tags)
+    run_id = tracker.create_run(record, extra_tags=extra_tags)
+    tracker.log_record(run_id, record)
     try:
         handle = job.backend.submit(job.spec)
     except BaseException as exc:

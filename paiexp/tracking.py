@@ -84,21 +84,6 @@ class MlflowTracker:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def start_run(
-        self,
-        record: RunRecord,
-        *,
-        run_name: str | None = None,
-        parent_run_id: str | None = None,
-        extra_tags: Mapping[str, str] | None = None,
-    ) -> str:
-        """Create the run of one job with its params, tags and config artifacts."""
-        run_id = self.create_run(
-            record, run_name=run_name, parent_run_id=parent_run_id, extra_tags=extra_tags
-        )
-        self.log_record(run_id, record)
-        return run_id
-
     def create_run(
         self,
         record: RunRecord,

@@ -123,17 +123,7 @@ CASES = {
 }
 
 
-def _params() -> list:
-    """Each case as a pytest param whose id is its key (xfail marks kept)."""
-    params = []
-    for case_id, value in CASES.items():
-        if isinstance(value, Case):
-            value = pytest.param(value)
-        params.append(pytest.param(*value.values, marks=value.marks, id=case_id))
-    return params
-
-
-@pytest.mark.parametrize("bad", _params())
+@pytest.mark.parametrize("bad", list(CASES.values()), ids=list(CASES))
 def test_bad_input_is_one_line_exit_2_and_starts_nothing(tmp_path: Path, bad: Case) -> None:
     cwd = make_project(tmp_path) if bad.in_project else tmp_path
     done = run_paiexp(cwd, *bad.args)

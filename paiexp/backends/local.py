@@ -34,7 +34,7 @@ from paiexp.backends.local_runner import (
     LOCK_FILE,
     kill_group,
     lock_held,
-    process_start_time,
+    process_stat,
     read_json,
 )
 from paiexp.errors import UserError
@@ -326,11 +326,11 @@ class LocalBackend:
 
 
 def process_alive(pid: int, start_time: str | None) -> bool:
-    current = process_start_time(pid)
-    if current is None or (start_time is not None and current != start_time):
+    """Whether ``pid`` runs and is the process that started at ``start_time`` (if given)."""
+    fields = process_stat(pid)
+    if fields is None or (start_time is not None and fields[19] != start_time):
         return False
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+    return fields[0] != "Z"  # a zombie has exited
 
 
 def _mtime(path: Path) -> float:

@@ -47,14 +47,19 @@ def read_json(path: str | os.PathLike[str]) -> Any:
         return None
 
 
-def process_start_time(pid: int) -> str | None:
-    """The kernel's start time of ``pid`` (tells a live process from a reused pid)."""
+def process_stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (state first), or None."""
     try:
         with open(f"/proc/{pid}/stat") as stream:
-            stat = stream.read()
+            return stream.read().rsplit(")", 1)[1].split()
     except OSError:
         return None
-    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def process_start_time(pid: int) -> str | None:
+    """The kernel's start time of ``pid`` (tells a live process from a reused pid)."""
+    fields = process_stat(pid)
+    return fields[19] if fields else None
 
 
 def lock_held(path: str | os.PathLike[str]) -> bool:

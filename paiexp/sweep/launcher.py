@@ -35,7 +35,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from paiexp.backends import Backend, JobHandle, JobState, JobStatus, create_backend
-from paiexp.backends.local import process_alive, process_start_time
+from paiexp.backends.local import process_alive
+from paiexp.backends.local_runner import process_start_time
 from paiexp.config import Config, SweepConfig
 from paiexp.errors import UserError
 from paiexp.metrics import MetricPoint
