@@ -5,6 +5,8 @@
     paiexp rerun RUN_ID [KEY=VALUE...] run a tracked run's job again from its stored config
     paiexp attach JOB_NAME             follow a job whose launcher died, and close its run
     paiexp init [DIR]                  write a starter project (conf/, sweeps/, examples/)
+    paiexp download RUN_ID DEST        fetch a run's model (or --channel NAME) from OSS
+    paiexp images [--framework NAME]   list official PAI training images
 
 A user mistake is one line on stderr and exit code 2, before any job or run exists.
 """
@@ -142,6 +144,58 @@ def init_command(argv: Sequence[str]) -> int:
     return 0
 
 
+def download_command(argv: Sequence[str]) -> int:
+    parser = _parser("paiexp download", "Fetch a tracked run's model (or other output).")
+    parser.add_argument("run_id")
+    parser.add_argument("dest", help="local directory to download into")
+    parser.add_argument("--channel", default="model", help="output channel (default: model)")
+    parser.add_argument("overrides", nargs="*", help="KEY=VALUE edits of the run's config")
+    args = parser.parse_intermixed_args(argv)
+
+    from pathlib import Path
+
+    from paiexp.compose import compose, from_yaml, locate_project, to_object
+    from paiexp.download import download, output_uri
+    from paiexp.runs import open_tracker
+    from paiexp.tracking import CONFIG_ARTIFACT
+
+    project = locate_project(args.config_dir, args.config_name)
+    tracker = open_tracker(to_object(compose(project, [])))
+    tracked = _get_run(tracker, args.run_id)
+    uri = output_uri(tracked.tags, tracked.run_id, args.channel)
+    stored = to_object(
+        from_yaml(tracker.load_text(tracked.run_id, CONFIG_ARTIFACT), args.overrides)
+    )
+    files = download(uri, Path(args.dest), stored.backend)
+    print(f"downloaded {len(files)} file(s) from {uri} to {args.dest}")
+    return 0
+
+
+def images_command(argv: Sequence[str]) -> int:
+    parser = _parser("paiexp images", "List official PAI training images (for job.image).")
+    parser.add_argument("--framework", help="e.g. XGBoost, PyTorch, TensorFlow")
+    parser.add_argument("--chip", choices=["CPU", "GPU"], help="only CPU or GPU images")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. backend.region=...")
+    args = parser.parse_intermixed_args(argv)
+
+    from paiexp.backends.pai import make_api
+    from paiexp.compose import compose, locate_project, to_object
+    from paiexp.images import official_images
+
+    project = locate_project(args.config_dir, args.config_name)
+    config = to_object(compose(project, args.overrides))
+    if config.backend.name != "pai":
+        config = to_object(compose(project, ["backend=pai", *args.overrides]))
+    images = official_images(make_api(config.backend), args.framework, args.chip)
+    if not images:
+        print("no matching official images", file=sys.stderr)
+        return 1
+    for image in images:
+        details = ", ".join(x for x in (image.framework, image.chip, image.python) if x)
+        print(f"{image.uri}  ({details})" if details else image.uri)
+    return 0
+
+
 def print_config(cfg: DictConfig, package: str | None, resolve: bool) -> int:
     from omegaconf import OmegaConf
 
@@ -184,4 +238,10 @@ def _get_run(tracker: MlflowTracker, run_id: str) -> TrackedRun:
         raise UserError(f"run_id: no MLflow run {run_id!r} in {tracker.uri}") from None
 
 
-COMMANDS = {"rerun": rerun_command, "attach": attach_command, "init": init_command}
+COMMANDS = {
+    "rerun": rerun_command,
+    "attach": attach_command,
+    "init": init_command,
+    "download": download_command,
+    "images": images_command,
+}

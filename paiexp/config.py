@@ -102,6 +102,67 @@ class SweepConfig:
 
 
 @dataclass
+class PaiOssConfig:
+    """Where paiexp keeps code, local inputs and outputs: ``oss://<bucket>/<prefix>/...``."""
+
+    bucket: str | None = None
+    # null: the region's public endpoint (oss-<region>.aliyuncs.com); a URL for VPC/emulators.
+    endpoint: str | None = None
+    prefix: str = "paiexp"
+
+
+@dataclass
+class PaiSpotConfig:
+    """Spot instances (ComputeResource.SpotSpec); ``strategy`` null means on-demand."""
+
+    strategy: str | None = None  # SpotWithPriceLimit | SpotAsPriceGo
+    discount_limit: float | None = None  # with SpotWithPriceLimit, e.g. 0.5 for 50%
+
+
+@dataclass
+class PaiVpcConfig:
+    """Attach the job to your VPC (UserVpc), to reach NAS, databases, private registries."""
+
+    vpc_id: str | None = None
+    switch_id: str | None = None
+    security_group_id: str | None = None
+    extended_cidrs: list[str] = field(default_factory=list)
+    default_route: str | None = None
+
+
+@dataclass
+class PaiRetryConfig:
+    """Throttling, 5xx and connection errors: capped exponential backoff with full jitter."""
+
+    attempts: int = 8
+    base_delay: float = 0.5
+    max_delay: float = 30.0
+
+
+@dataclass
+class PaiBackendConfig:
+    """PAI training jobs through the PaiStudio TrainingJob API (credentials: env/chain only)."""
+
+    name: str = "pai"
+    region: str = "cn-hangzhou"
+    workspace_id: str | None = None
+    # null: pai.<region>.aliyuncs.com; set for VPC endpoints (pai-vpc.<region>...) or emulators.
+    endpoint: str | None = None
+    # AIWorkspace API (image listing); null: aiworkspace.<region>.aliyuncs.com, or ``endpoint``.
+    workspace_endpoint: str | None = None
+    protocol: str = "https"
+    image: str | None = None  # overrides job.image
+    job_type: str = "PyTorchJob"
+    oss: PaiOssConfig = field(default_factory=PaiOssConfig)
+    spot: PaiSpotConfig = field(default_factory=PaiSpotConfig)
+    vpc: PaiVpcConfig = field(default_factory=PaiVpcConfig)
+    retry: PaiRetryConfig = field(default_factory=PaiRetryConfig)
+    poll_interval: float = 10.0  # one ListTrainingJobs call per tick covers every job
+    log_interval: float = 30.0  # how often a running job's new log lines are fetched
+    request_timeout: float = 30.0
+
+
+@dataclass
 class Config:
     job: JobConfig = MISSING
     backend: Any = MISSING
@@ -109,7 +170,10 @@ class Config:
     sweep: SweepConfig | None = None
 
 
-BACKEND_SCHEMAS: dict[str, type] = {"local": LocalBackendConfig}
+BACKEND_SCHEMAS: dict[str, type] = {
+    "local": LocalBackendConfig,
+    "pai": PaiBackendConfig,
+}
 
 
 def register_configs() -> None:

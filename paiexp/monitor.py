@@ -6,6 +6,7 @@ for new log lines; a single run is the same with one job.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -29,6 +30,8 @@ class JobResult:
     console_url: str | None = None
     log_path: Path | None = None
     log_tail: list[str] = field(default_factory=list)
+    # metric -> (from the log, from the platform) where the two disagree
+    mismatches: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     @property
     def model_uri(self) -> str | None:
@@ -85,10 +88,19 @@ class JobMonitor:
     def result(self, status: JobStatus) -> JobResult:
         """The job's outcome; call after a final :meth:`pull` once the job is terminal."""
         output_parameters = self.backend.output_parameters(self.handle)
+        extracted = self.extractor.final()
+        reported = self.backend.service_metrics(self.handle)
+        mismatches = {
+            name: (extracted[name], value)
+            for name, value in reported.items()
+            if name in extracted and not math.isclose(extracted[name], value, rel_tol=1e-6)
+        }
         return JobResult(
             handle=self.handle,
             status=status,
-            metrics={**self.extractor.final(), **output_parameters},
+            # the platform's values fill in what the log (read client-side) missed
+            metrics={**reported, **extracted, **output_parameters},
+            mismatches=mismatches,
             series=self.extractor.series,
             output_parameters=output_parameters,
             outputs=self.backend.outputs(self.handle),

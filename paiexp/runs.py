@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 import sys
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from paiexp.backends import Backend, JobHandle, create_backend
+from paiexp.backends import Backend, BackendUnavailable, JobHandle, create_backend
 from paiexp.compose import Project, compose, from_yaml, to_container, to_object
 from paiexp.config import Config
 from paiexp.errors import UserError
@@ -84,8 +85,9 @@ def execute(
     record = make_record(job.data, job.spec, project_dir=job.base_dir, overrides=job.overrides)
     run_id = tracker.create_run(record, extra_tags=extra_tags)
     tracker.log_record(run_id, record)
+    spec = dataclasses.replace(job.spec, labels={**job.spec.labels, "paiexp-run": run_id})
     try:
-        handle = job.backend.submit(job.spec)
+        handle = job.backend.submit(spec)
     except BaseException as exc:
         tracker.fail(run_id, f"submission failed: {exc}")
         raise
@@ -124,6 +126,9 @@ def follow(
             if time.monotonic() - last_flush > METRIC_FLUSH_SECONDS:
                 tracker.log_metrics(run_id, monitor.take_unlogged())
                 last_flush = time.monotonic()
+            backend.wait([handle], backend.poll_interval)
+        except BackendUnavailable as exc:  # the job runs on regardless: ask again later
+            _say(f"backend unavailable, polling again: {exc}")
             backend.wait([handle], backend.poll_interval)
         except KeyboardInterrupt:
             if stopping:

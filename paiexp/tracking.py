@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from paiexp.backends.base import JobState
+from paiexp.cache import cache_root
 from paiexp.metrics import MetricPoint
 from paiexp.record import RunRecord
 
@@ -141,7 +142,7 @@ class MlflowTracker:
         ``status`` and ``reason`` override what the job's own state implies (a sweep fails a
         trial whose job succeeded but never printed the objective).
         """
-        from mlflow.entities import Metric, RunTag
+        from mlflow.entities import Metric, Param, RunTag
 
         status = status or RUN_STATUS[result.status.state]
         if reason is None and result.status.state is not JobState.SUCCEEDED:
@@ -161,8 +162,14 @@ class MlflowTracker:
         }
         for channel, uri in result.outputs.items():
             tags[f"paiexp.output.{channel}"] = uri
+        if result.mismatches:
+            tags["paiexp.metric_mismatch"] = "; ".join(
+                f"{name}: log {log_value:g}, platform {platform_value:g}"
+                for name, (log_value, platform_value) in sorted(result.mismatches.items())
+            )
         run_tags = [RunTag(k, _clip(v)) for k, v in tags.items() if v is not None]
-        self.client.log_batch(run_id, metrics=metrics, tags=run_tags)
+        params = [Param("paiexp.model_uri", result.model_uri)] if result.model_uri else []
+        self.client.log_batch(run_id, metrics=metrics, params=params, tags=run_tags)
         if result.log_path is not None and result.log_path.exists():
             self.client.log_artifact(run_id, str(result.log_path), "logs")
         self.client.set_terminated(run_id, status=status)
@@ -246,8 +253,7 @@ def _template_path() -> Path:
     """An empty tracking database of the installed MLflow version, built once per machine."""
     from importlib.metadata import version
 
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "paiexp"
-    return cache / f"mlflow-{version('mlflow')}-empty.db"
+    return cache_root() / f"mlflow-{version('mlflow')}-empty.db"
 
 
 def create_sqlite_database(uri: str) -> None:

@@ -5,10 +5,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from paiexp.backends.base import Backend, JobHandle, JobState, JobStatus, LogChunk
+from paiexp.backends.base import (
+    Backend,
+    BackendUnavailable,
+    JobHandle,
+    JobState,
+    JobStatus,
+    LogChunk,
+)
 from paiexp.errors import UserError
 
-__all__ = ["Backend", "JobHandle", "JobState", "JobStatus", "LogChunk", "create_backend"]
+__all__ = [
+    "Backend",
+    "BackendUnavailable",
+    "JobHandle",
+    "JobState",
+    "JobStatus",
+    "LogChunk",
+    "create_backend",
+]
 
 
 def create_backend(config: Any, base_dir: Path) -> Backend:
@@ -17,4 +32,8 @@ def create_backend(config: Any, base_dir: Path) -> Backend:
         from paiexp.backends.local import LocalBackend
 
         return LocalBackend(config, base_dir)
-    raise UserError(f"backend.name: unknown backend {config.name!r}; available: local")
+    if config.name == "pai":
+        from paiexp.backends.pai import PaiBackend
+
+        return PaiBackend(config, base_dir)
+    raise UserError(f"backend.name: unknown backend {config.name!r}; available: local, pai")

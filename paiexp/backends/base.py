@@ -22,6 +22,10 @@ class JobState(StrEnum):
         return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED)
 
 
+class BackendUnavailable(RuntimeError):
+    """The platform did not answer (after retries); the jobs themselves may be fine."""
+
+
 @dataclass(frozen=True)
 class JobStatus:
     state: JobState
@@ -80,6 +84,9 @@ class Backend(Protocol):
 
     def output_parameters(self, handle: JobHandle) -> dict[str, float]:
         """Numbers the job wrote under ``output_parameters/``."""
+
+    def service_metrics(self, handle: JobHandle) -> dict[str, float]:
+        """Final metric values as the platform itself extracted them ({} if it does not)."""
 
     def console_url(self, handle: JobHandle) -> str | None:
         """Where a person can watch the job, if the platform has such a page."""

@@ -284,17 +284,7 @@ class LocalBackend:
         )
 
     def read_logs(self, handle: JobHandle, cursor: int, *, final: bool = False) -> LogChunk:
-        path = self.job_dir(handle.id) / "job.log"
-        try:
-            with path.open("rb") as stream:
-                stream.seek(cursor)
-                data = stream.read()
-        except FileNotFoundError:
-            return LogChunk([], cursor)
-        if not final:
-            data = data[: data.rfind(b"\n") + 1]
-        text = data.decode("utf-8", errors="replace")
-        return LogChunk(text.splitlines(), cursor + len(data))
+        return read_log_file(self.job_dir(handle.id) / "job.log", cursor, final)
 
     def stop(self, handle: JobHandle) -> None:
         job_dir = self.job_dir(handle.id)
@@ -321,8 +311,25 @@ class LocalBackend:
         layout = contract.JobLayout(self.job_dir(handle.id) / "ml")
         return read_output_parameters(Path(layout.output_parameters_dir))
 
+    def service_metrics(self, handle: JobHandle) -> dict[str, float]:
+        return {}
+
     def console_url(self, handle: JobHandle) -> str | None:
         return None
+
+
+def read_log_file(path: Path, cursor: int, final: bool) -> LogChunk:
+    """Complete lines of a log file after byte offset ``cursor`` (``final``: the tail too)."""
+    try:
+        with path.open("rb") as stream:
+            stream.seek(cursor)
+            data = stream.read()
+    except FileNotFoundError:
+        return LogChunk([], cursor)
+    if not final:
+        data = data[: data.rfind(b"\n") + 1]
+    text = data.decode("utf-8", errors="replace")
+    return LogChunk(text.splitlines(), cursor + len(data))
 
 
 def process_alive(pid: int, start_time: str | None) -> bool:

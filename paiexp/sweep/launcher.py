@@ -34,7 +34,14 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from paiexp.backends import Backend, JobHandle, JobState, JobStatus, create_backend
+from paiexp.backends import (
+    Backend,
+    BackendUnavailable,
+    JobHandle,
+    JobState,
+    JobStatus,
+    create_backend,
+)
 from paiexp.backends.local import process_alive
 from paiexp.backends.local_runner import process_start_time
 from paiexp.config import Config, SweepConfig
@@ -292,7 +299,12 @@ class Launcher:
                 self.start_trial()
             if not self.inflight:
                 return
-            statuses = self.backend.poll([f.handle for f in self.inflight])
+            try:
+                statuses = self.backend.poll([f.handle for f in self.inflight])
+            except BackendUnavailable as exc:  # the jobs run on regardless: ask again later
+                self.progress.say(f"backend unavailable, polling again: {exc}")
+                self.backend.wait([f.handle for f in self.inflight], self.backend.poll_interval)
+                continue
             for flight in list(self.inflight):
                 status = statuses[flight.handle.id]
                 points = flight.monitor.pull(final=status.state.terminal)
@@ -404,6 +416,11 @@ class Launcher:
             return
         try:
             handle = self.backend.submit(spec)
+        except UserError as exc:  # the platform refused the job: the next would fare no better
+            self.start_child(trial, spec, adopted=adopted is not None)
+            self.fail(trial, f"submission rejected: {exc}", job_name=name)
+            self.stop_reason, self.stop_failed = f"submission rejected: {exc}", True
+            return
         except (OSError, RuntimeError) as exc:
             self.start_child(trial, spec, adopted=adopted is not None)
             self.fail(trial, f"submission failed: {exc}", job_name=name, infrastructure=True)

@@ -1,0 +1,451 @@
+"""PAI backend: each job a PAI training job (PaiStudio TrainingJob API), code and data on OSS.
+
+Built for sweeps, unlike one ``Estimator.fit`` per trial:
+
+- the code is packed and uploaded once per content digest, local inputs likewise;
+- one ``ListTrainingJobs`` call per polling tick (by the jobs' common labels) serves every job
+  in flight; logs are fetched only every ``log_interval`` seconds, and in full at the end;
+- a job is created only after looking it up by its deterministic name, and a create whose
+  reply was lost is never repeated blindly (names are not unique on PAI);
+- metrics come from the log (client-side regexes) and are cross-checked with the service's
+  own (``MetricDefinitions`` applied by PAI), which fill in any the log missed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from paiexp import contract
+from paiexp.backends.base import JobHandle, JobState, JobStatus, LogChunk
+from paiexp.backends.pai_api import PAGE_SIZE, PaiApi, PaiRejected
+from paiexp.cache import cache_root
+from paiexp.errors import UserError
+from paiexp.metrics import METRIC_NAME
+from paiexp.oss import OssTransfer, OssUri, endpoint_url
+from paiexp.retry import RetryPolicy
+from paiexp.spec import JobSpec
+
+log = logging.getLogger(__name__)
+
+JOB_TYPES = ("PyTorchJob", "TFJob", "XGBoostJob", "MPIJob", "OneFlowJob", "ElasticBatchJob")
+SPOT_STRATEGIES = ("SpotWithPriceLimit", "SpotAsPriceGo")
+STATES = {
+    "Creating": JobState.PENDING,
+    "Created": JobState.PENDING,
+    "Initializing": JobState.PENDING,
+    "Submitted": JobState.PENDING,
+    "Queuing": JobState.PENDING,
+    "Running": JobState.RUNNING,
+    "Stopping": JobState.RUNNING,
+    "Restarting": JobState.RUNNING,
+    "Succeed": JobState.SUCCEEDED,
+    "Failed": JobState.FAILED,
+    "CreateFailed": JobState.FAILED,
+    "InitializeFailed": JobState.FAILED,
+    "Terminated": JobState.STOPPED,
+    "Stopped": JobState.STOPPED,
+}
+# Failures of the platform rather than of the job's code: a retry may well succeed.
+INFRASTRUCTURE_REASONS = ("Spot", "Preempt", "Evict", "NodeFailure", "InstanceReleased")
+OUTPUT_PARAMETERS = contract.OUTPUT_PARAMETERS_CHANNEL
+NOT_STARTED = "TRAINING_JOB_INSTANCE_NOT_FOUND"  # ListTrainingJobLogs before any instance ran
+SDK_MODULES = ("alibabacloud_paistudio20220112", "alibabacloud_credentials", "oss2")
+
+
+class PaiBackend:
+    name = "pai"
+
+    def __init__(self, config: Any, base_dir: Path) -> None:
+        _check_config(config)
+        missing = [m for m in SDK_MODULES if importlib.util.find_spec(m) is None]
+        if missing:
+            raise UserError(f"backend=pai needs {', '.join(missing)}: pip install 'paiexp[pai]'")
+        self.config = config
+        self.base_dir = base_dir
+        self.poll_interval = float(config.poll_interval)
+        self.log_interval = float(config.log_interval)
+        self.oss_base = OssUri(config.oss.bucket, config.oss.prefix.strip("/"))
+        self._api: PaiApi | None = None
+        self._oss: OssTransfer | None = None
+        self._checked = False
+        self._uploads: dict[tuple[str, str], str] = {}  # (kind, local path) -> oss:// URI
+        self._labels: dict[str, dict[str, str]] = {}  # job id -> its labels
+        self._seen: dict[str, dict[str, Any]] = {}  # job id -> last listing of it
+        self._details: dict[str, dict[str, Any]] = {}  # job id -> GetTrainingJob once ended
+        self._log_reads: dict[str, float] = {}  # job id -> monotonic time of the last read
+
+    # -- clients ---------------------------------------------------------------------------
+
+    @property
+    def api(self) -> PaiApi:
+        if self._api is None:
+            self._api = make_api(self.config)
+        return self._api
+
+    @property
+    def oss(self) -> OssTransfer:
+        if self._oss is None:
+            self._oss = make_transfer(self.config, self.api.credentials)
+        return self._oss
+
+    # -- checks ----------------------------------------------------------------------------
+
+    def validate(self, spec: JobSpec) -> None:
+        if not (spec.image or self.config.image):
+            raise UserError(
+                "job.image: backend=pai needs a training image; set job.image or backend.image "
+                "(official ones: paiexp images --framework XGBoost)"
+            )
+        if not spec.instance_type:
+            raise UserError("job.instance_type: backend=pai needs an ECS spec, e.g. ecs.c6.large")
+        for channel, uri in spec.inputs.items():
+            if not uri.startswith("oss://") and not Path(uri).exists():
+                raise UserError(f"job.inputs.{channel}: no such file or directory: {uri}")
+        for channel, output in spec.outputs.items():
+            if output is not None and not output.startswith("oss://"):
+                raise UserError(
+                    f"job.outputs.{channel}: backend=pai writes outputs to OSS; give an "
+                    f"oss:// URI or null (default: under {self.oss_base}/), got {output!r}"
+                )
+        if not self._checked:  # credentials, workspace and bucket, before anything starts
+            self.api.list_training_jobs(WorkspaceId=self.config.workspace_id, PageSize=1)
+            self._check_bucket()
+            self._checked = True
+
+    def _check_bucket(self) -> None:
+        import oss2
+
+        try:
+            self.oss.list_keys(self.oss_base.as_dir())
+        except oss2.exceptions.OssError as exc:
+            code = getattr(exc, "code", "") or type(exc).__name__
+            raise UserError(
+                f"backend.oss.bucket: cannot use oss://{self.oss_base.bucket} at "
+                f"{self.oss.endpoint} ({code}); check the bucket, backend.oss.endpoint and the "
+                "credentials' OSS permissions"
+            ) from None
+
+    def set_concurrency(self, jobs: int) -> None:
+        """PAI runs each job on its own instances: nothing to share."""
+
+    # -- submission ------------------------------------------------------------------------
+
+    def submit(self, spec: JobSpec) -> JobHandle:
+        existing = self.find(spec.name)
+        if existing is not None:
+            return existing
+        body = self.request_body(spec)
+        job_id = self.api.create_training_job(body, lambda: self._find_id(spec.name))
+        self._labels[job_id] = dict(spec.labels)
+        log.info("created PAI training job %s (%s)", spec.name, job_id)
+        return JobHandle(spec.name, job_id)
+
+    def find(self, name: str) -> JobHandle | None:
+        job_id = self._find_id(name)
+        return None if job_id is None else JobHandle(name, job_id)
+
+    def _find_id(self, name: str) -> str | None:
+        """The oldest job with exactly this name (the service's name filter may match more)."""
+        jobs, _ = self.api.list_training_jobs(
+            WorkspaceId=self.config.workspace_id,
+            TrainingJobName=name,
+            PageSize=PAGE_SIZE,
+            SortBy="GmtCreateTime",
+            Order="asc",
+        )
+        for job in jobs:
+            if job.get("TrainingJobName") == name:
+                self._remember(job)
+                return str(job["TrainingJobId"])
+        return None
+
+    def request_body(self, spec: JobSpec) -> dict[str, Any]:
+        """The CreateTrainingJob request for ``spec`` (uploading its code and local inputs)."""
+        config = self.config
+        channels = [*spec.output_channels, OUTPUT_PARAMETERS]
+        algorithm: dict[str, Any] = {
+            "Image": spec.image or config.image,
+            "Command": ["/bin/sh", "-c", spec.command],
+            "JobType": config.job_type,
+            "MetricDefinitions": [
+                {"Name": d.name, "Regex": d.regex} for d in spec.metric_definitions
+            ],
+            "OutputChannels": [{"Name": name} for name in channels],
+        }
+        if spec.source_dir:
+            code = OssUri.parse(self._upload("code", Path(spec.source_dir)))
+            algorithm["CodeDir"] = {
+                "LocationType": "oss",
+                "LocationValue": {
+                    "Bucket": code.bucket,
+                    "Key": code.key,
+                    "Endpoint": self.oss.endpoint.split("://", 1)[-1],
+                },
+            }
+        labels = {**spec.labels, "paiexp-job": spec.name}
+        compute: dict[str, Any] = {"EcsSpec": spec.instance_type, "EcsCount": spec.instance_count}
+        if config.spot.strategy:
+            compute["UseSpotInstance"] = True
+            compute["SpotSpec"] = {"SpotStrategy": config.spot.strategy}
+            if config.spot.discount_limit is not None:
+                compute["SpotSpec"]["SpotDiscountLimit"] = config.spot.discount_limit
+        body: dict[str, Any] = {
+            "TrainingJobName": spec.name,
+            "WorkspaceId": config.workspace_id,
+            "AlgorithmSpec": algorithm,
+            "ComputeResource": compute,
+            "HyperParameters": [{"Name": k, "Value": v} for k, v in spec.hyperparameters.items()],
+            "InputChannels": [
+                {"Name": channel, "InputUri": self._input_uri(uri)}
+                for channel, uri in spec.inputs.items()
+            ],
+            "OutputChannels": [
+                {"Name": name, "OutputUri": self._output_uri(spec, name)} for name in channels
+            ],
+            "Labels": [{"Key": k, "Value": v} for k, v in labels.items()],
+            "Environments": dict(spec.environments),
+        }
+        if spec.requirements:
+            body["PythonRequirements"] = list(spec.requirements)
+        if spec.max_run_time:
+            body["Scheduler"] = {"MaxRunningTimeInSeconds": spec.max_run_time}
+        if config.vpc.vpc_id:
+            vpc = config.vpc
+            body["UserVpc"] = {
+                "VpcId": vpc.vpc_id,
+                "SwitchId": vpc.switch_id,
+                "SecurityGroupId": vpc.security_group_id,
+                "ExtendedCIDRs": list(vpc.extended_cidrs),
+                "DefaultRoute": vpc.default_route,
+            }
+        return body
+
+    def _upload(self, kind: str, path: Path) -> str:
+        key = (kind, str(path))
+        if key not in self._uploads:
+            upload = self.oss.upload_code if kind == "code" else self.oss.upload_input
+            self._uploads[key] = str(upload(path, self.oss_base))
+        return self._uploads[key]
+
+    def _input_uri(self, uri: str) -> str:
+        return uri if uri.startswith("oss://") else self._upload("input", Path(uri))
+
+    def _output_uri(self, spec: JobSpec, channel: str) -> str:
+        given = spec.outputs.get(channel)
+        base = OssUri.parse(given) if given else self.oss_base.join("training_job")
+        return str(base.join(spec.name, "" if given else channel).as_dir())
+
+    # -- status ----------------------------------------------------------------------------
+
+    def poll(self, handles: Sequence[JobHandle]) -> dict[str, JobStatus]:
+        wanted = {h.id for h in handles}
+        found: dict[str, dict[str, Any]] = {}
+        common = self._common_labels(handles)  # at least the job's own paiexp-job label
+        if common:
+            page = 1
+            while wanted - found.keys():
+                jobs, total = self.api.list_training_jobs(
+                    WorkspaceId=self.config.workspace_id,
+                    Labels=common,
+                    PageNumber=page,
+                    PageSize=PAGE_SIZE,
+                    SortBy="GmtCreateTime",
+                    Order="desc",
+                )
+                found.update((str(j["TrainingJobId"]), j) for j in jobs)
+                if page * PAGE_SIZE >= total or not jobs:
+                    break
+                page += 1
+        for job_id in wanted - found.keys():  # labels unknown, or not listed yet
+            found[job_id] = self.api.get_training_job(job_id)
+        statuses = {}
+        for job_id in wanted:
+            self._remember(found[job_id])
+            statuses[job_id] = status_of(found[job_id])
+        return statuses
+
+    def _common_labels(self, handles: Sequence[JobHandle]) -> dict[str, str]:
+        label_sets = [self._labels.get(h.id) for h in handles]
+        if not label_sets or any(labels is None for labels in label_sets):
+            return {}
+        common = dict(label_sets[0] or {})
+        for labels in label_sets[1:]:
+            common = {k: v for k, v in common.items() if (labels or {}).get(k) == v}
+        return common
+
+    def _remember(self, job: dict[str, Any]) -> None:
+        job_id = str(job["TrainingJobId"])
+        self._seen[job_id] = job
+        if job.get("Labels") is not None:
+            self._labels[job_id] = {
+                label["Key"]: label.get("Value", "") for label in job["Labels"] if "Key" in label
+            }
+
+    def wait(self, handles: Sequence[JobHandle], timeout: float) -> None:
+        time.sleep(timeout)
+
+    def read_logs(self, handle: JobHandle, cursor: int, *, final: bool = False) -> LogChunk:
+        now = time.monotonic()
+        if not final and now - self._log_reads.get(handle.id, -1e9) < self.log_interval:
+            return LogChunk([], cursor)
+        self._log_reads[handle.id] = now
+        lines: list[str] = []
+        page, skip = cursor // PAGE_SIZE + 1, cursor % PAGE_SIZE
+        while True:
+            try:
+                logs, _ = self.api.list_logs(handle.id, page, PAGE_SIZE)
+            except PaiRejected as exc:
+                if exc.code != NOT_STARTED:
+                    raise
+                logs = []  # no instance has started yet: no log so far
+            lines.extend(line.rstrip("\n") for line in logs[skip:])
+            if len(logs) < PAGE_SIZE:
+                break
+            page, skip = page + 1, 0
+        return LogChunk(lines, cursor + len(lines))
+
+    def stop(self, handle: JobHandle) -> None:
+        try:
+            self.api.stop_training_job(handle.id)
+        except PaiRejected as exc:  # e.g. it ended meanwhile
+            log.warning("could not stop %s: %s", handle.name, exc)
+
+    # -- results ---------------------------------------------------------------------------
+
+    def detail(self, handle: JobHandle) -> dict[str, Any]:
+        """GetTrainingJob, once the job has ended (fetched once, then kept)."""
+        if handle.id not in self._details:
+            job = self.api.get_training_job(handle.id)
+            if not STATES.get(str(job.get("Status")), JobState.RUNNING).terminal:
+                return job
+            self._details[handle.id] = job
+        return self._details[handle.id]
+
+    def outputs(self, handle: JobHandle) -> dict[str, str]:
+        job = self._seen.get(handle.id) or self.detail(handle)
+        return {
+            c["Name"]: c["OutputUri"]
+            for c in job.get("OutputChannels") or []
+            if c.get("OutputUri") and c.get("Name") != OUTPUT_PARAMETERS
+        }
+
+    def output_parameters(self, handle: JobHandle) -> dict[str, float]:
+        job = self._seen.get(handle.id) or self.detail(handle)
+        channel = next(
+            (
+                c["OutputUri"]
+                for c in job.get("OutputChannels") or []
+                if c.get("Name") == OUTPUT_PARAMETERS and c.get("OutputUri")
+            ),
+            None,
+        )
+        if channel is None:
+            return {}
+        prefix = OssUri.parse(channel).as_dir()
+        values: dict[str, float] = {}
+        for key in self.oss.list_keys(prefix):
+            name = key[len(prefix.key) :]
+            if not METRIC_NAME.match(name):
+                continue
+            text = self.oss.get_bytes(OssUri(prefix.bucket, key)).decode(errors="replace")
+            try:
+                values[name] = float(text.strip())
+            except ValueError:
+                continue
+        return values
+
+    def service_metrics(self, handle: JobHandle) -> dict[str, float]:
+        """The latest value of each metric as PAI computed it from ``MetricDefinitions``."""
+        return {
+            m["Name"]: float(m["Value"])
+            for m in self.detail(handle).get("LatestMetrics") or []
+            if m.get("Name") and m.get("Value") is not None
+        }
+
+    def console_url(self, handle: JobHandle) -> str | None:
+        url = self.detail(handle).get("TrainingJobUrl")
+        return str(url) if url else None
+
+
+def retry_policy(config: Any) -> RetryPolicy:
+    return RetryPolicy(config.retry.attempts, config.retry.base_delay, config.retry.max_delay)
+
+
+def make_api(config: Any) -> PaiApi:
+    """The PAI API client a ``backend=pai`` config describes (credentials from the chain)."""
+    from paiexp.credentials import credential_client
+
+    return PaiApi(
+        region=config.region,
+        endpoint=config.endpoint,
+        workspace_endpoint=config.workspace_endpoint,
+        protocol=config.protocol,
+        credentials=credential_client(),
+        policy=retry_policy(config),
+        timeout=config.request_timeout,
+    )
+
+
+def make_transfer(config: Any, credentials: Any) -> OssTransfer:
+    """OSS transfers for a ``backend=pai`` config's bucket and endpoint."""
+    return OssTransfer(
+        endpoint_url(config.oss.endpoint, config.region),
+        config.region,
+        credentials,
+        cache_root() / "oss",
+        retry_policy(config),
+        config.request_timeout,
+    )
+
+
+def status_of(job: dict[str, Any]) -> JobStatus:
+    """A PAI job's Status (and ReasonCode/ReasonMessage) as a JobStatus."""
+    status = str(job.get("Status") or "")
+    state = STATES.get(status)
+    if state is None:
+        log.debug("unknown PAI status %r taken as running", status)
+        state = JobState.RUNNING
+    reason = None
+    if state in (JobState.FAILED, JobState.STOPPED):
+        detail = ": ".join(str(p) for p in (job.get("ReasonCode"), job.get("ReasonMessage")) if p)
+        reason = f"PAI {status}" + (f" ({detail})" if detail else "")
+    code = str(job.get("ReasonCode") or "")
+    return JobStatus(
+        state=state,
+        reason=reason,
+        infrastructure=state is JobState.FAILED and any(r in code for r in INFRASTRUCTURE_REASONS),
+    )
+
+
+def _check_config(config: Any) -> None:
+    """Every mistake in ``backend`` found before any client is built or request sent."""
+    if not config.workspace_id:
+        raise UserError(
+            "backend.workspace_id: required for backend=pai (the PAI workspace's ID, e.g. 12345)"
+        )
+    if not config.oss.bucket:
+        raise UserError(
+            "backend.oss.bucket: required for backend=pai (the OSS bucket for code and outputs)"
+        )
+    if config.protocol not in ("https", "http"):
+        raise UserError(f"backend.protocol: expected https or http, got {config.protocol!r}")
+    if config.job_type not in JOB_TYPES:
+        raise UserError(
+            f"backend.job_type: unknown job type {config.job_type!r}; "
+            f"expected one of {', '.join(JOB_TYPES)}"
+        )
+    if config.spot.strategy is not None and config.spot.strategy not in SPOT_STRATEGIES:
+        raise UserError(
+            f"backend.spot.strategy: expected one of {', '.join(SPOT_STRATEGIES)} or null, "
+            f"got {config.spot.strategy!r}"
+        )
+    for key in ("poll_interval", "log_interval", "request_timeout"):
+        if getattr(config, key) <= 0:
+            raise UserError(f"backend.{key}: must be > 0, got {getattr(config, key)}")
+    if config.retry.attempts < 1:
+        raise UserError(f"backend.retry.attempts: must be >= 1, got {config.retry.attempts}")

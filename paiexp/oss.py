@@ -1,0 +1,240 @@
+"""OSS transfer with oss2: content-addressed uploads of code and data, downloads of outputs.
+
+Code is packed deterministically (sorted entries, zero mtimes and owners), so the same tree
+gives the same archive and the same key: a sweep uploads its code once, however many trials
+it runs, and a later sweep with unchanged code uploads nothing. Big files go up with oss2's
+resumable (multipart) upload, whose checkpoints live in the local cache.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from paiexp.errors import UserError
+from paiexp.retry import RetryPolicy, call_with_retries
+from paiexp.source import iter_source_files, source_digest
+
+MULTIPART_THRESHOLD = 16 * 1024 * 1024
+PART_SIZE = 8 * 1024 * 1024
+DIGEST_LENGTH = 20
+COMPLETE_MARKER = ".paiexp-complete"
+
+
+@dataclass(frozen=True)
+class OssUri:
+    bucket: str
+    key: str
+
+    @classmethod
+    def parse(cls, uri: str) -> OssUri:
+        """``oss://bucket[.endpoint]/key``; the endpoint part, as PAI accepts it, is dropped."""
+        if not uri.startswith("oss://"):
+            raise UserError(f"not an OSS URI: {uri!r}; expected oss://BUCKET/KEY")
+        bucket, _, key = uri[len("oss://") :].partition("/")
+        return cls(bucket.split(".", 1)[0], key)
+
+    def join(self, *parts: str) -> OssUri:
+        key = "/".join(p.strip("/") for p in (self.key, *parts) if p.strip("/"))
+        return OssUri(self.bucket, key)
+
+    def as_dir(self) -> OssUri:
+        if not self.key or self.key.endswith("/"):
+            return self
+        return OssUri(self.bucket, self.key + "/")
+
+    def __str__(self) -> str:
+        return f"oss://{self.bucket}/{self.key}"
+
+
+def endpoint_url(endpoint: str | None, region: str) -> str:
+    """oss2's endpoint: the region's public one by default; ``https://`` when no scheme given."""
+    if not endpoint:
+        return f"https://oss-{region}.aliyuncs.com"
+    return endpoint if "://" in endpoint else f"https://{endpoint}"
+
+
+def pack_source(root: Path) -> bytes:
+    """A gzipped tar of the job's code, byte-identical for identical trees."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for path in iter_source_files(root):
+            info = tarfile.TarInfo(path.relative_to(root).as_posix())
+            info.size = path.stat().st_size
+            info.mode = 0o755 if path.stat().st_mode & 0o111 else 0o644
+            info.mtime = 0
+            with path.open("rb") as stream:
+                archive.addfile(info, stream)
+    return gzip.compress(raw.getvalue(), mtime=0)
+
+
+class OssTransfer:
+    """Uploads and downloads through oss2, retried on throttling, 5xx and lost connections."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        region: str,
+        credentials: Any,
+        cache_dir: Path,
+        policy: RetryPolicy,
+        timeout: float = 30.0,
+    ) -> None:
+        import oss2
+
+        self._oss2 = oss2
+        self.endpoint = endpoint
+        self.region = region
+        self.auth = oss2.ProviderAuth(_CredentialsBridge(credentials))
+        self.cache_dir = cache_dir
+        self.policy = policy
+        self.timeout = timeout
+        self.bytes_uploaded = 0
+        self._buckets: dict[str, Any] = {}
+
+    def bucket(self, name: str) -> Any:
+        if name not in self._buckets:
+            self._buckets[name] = self._oss2.Bucket(
+                self.auth, self.endpoint, name, connect_timeout=self.timeout, region=self.region
+            )
+        return self._buckets[name]
+
+    def _retry(self, what: str, call: Any) -> Any:
+        return call_with_retries(call, policy=self.policy, transient=self.transient, what=what)
+
+    def transient(self, exc: BaseException) -> bool:
+        errors = self._oss2.exceptions
+        if isinstance(exc, errors.RequestError):
+            return True  # connection refused, reset or timed out
+        if isinstance(exc, errors.ServerError):
+            return exc.status >= 500 or exc.status == 429 or exc.code in ("ServerBusy", "SlowDown")
+        return False
+
+    # -- uploads ---------------------------------------------------------------------------
+
+    def exists(self, uri: OssUri) -> bool:
+        bucket = self.bucket(uri.bucket)
+        return bool(self._retry(f"head {uri}", lambda: bucket.object_exists(uri.key)))
+
+    def put_bytes(self, uri: OssUri, data: bytes) -> None:
+        self._retry(f"upload {uri}", lambda: self.bucket(uri.bucket).put_object(uri.key, data))
+        self.bytes_uploaded += len(data)
+
+    def put_file(self, uri: OssUri, path: Path) -> None:
+        size = path.stat().st_size
+        if size < MULTIPART_THRESHOLD:
+            self.put_bytes(uri, path.read_bytes())
+            return
+        store = self._oss2.ResumableStore(root=str(self.cache_dir), dir="oss-checkpoints")
+
+        def upload() -> None:
+            self._oss2.resumable_upload(
+                self.bucket(uri.bucket),
+                uri.key,
+                str(path),
+                store=store,
+                multipart_threshold=MULTIPART_THRESHOLD,
+                part_size=PART_SIZE,
+                num_threads=2,
+            )
+
+        self._retry(f"upload {uri}", upload)  # a retry uploads only the missing parts
+        self.bytes_uploaded += size
+
+    def upload_code(self, source_dir: Path, base: OssUri) -> OssUri:
+        """The code archive under ``base/training_src/<digest>/``; uploaded only if absent."""
+        uri = base.join("training_src", source_digest(source_dir)[:DIGEST_LENGTH], "source.tar.gz")
+        if not self.exists(uri):
+            archive = pack_source(source_dir)
+            if len(archive) < MULTIPART_THRESHOLD:
+                self.put_bytes(uri, archive)
+            else:
+                local = self.cache_dir / f"source-{uri.key.replace('/', '_')}"
+                local.parent.mkdir(parents=True, exist_ok=True)
+                local.write_bytes(archive)
+                self.put_file(uri, local)
+                local.unlink()
+        return uri
+
+    def upload_input(self, path: Path, base: OssUri) -> OssUri:
+        """A local file or directory under ``base/inputs/<digest>/``, uploaded only if absent.
+
+        A file's URI names the object itself (PAI then points ``PAI_INPUT_X`` at the file); a
+        directory's ends in ``/``. A directory is complete once its marker object exists.
+        """
+        if path.is_file():
+            uri = base.join("inputs", _file_digest(path)[:DIGEST_LENGTH], path.name)
+            if not self.exists(uri):
+                self.put_file(uri, path)
+            return uri
+        folder = base.join("inputs", source_digest(path)[:DIGEST_LENGTH])
+        uri = folder.join(path.name).as_dir()
+        marker = folder.join(COMPLETE_MARKER)
+        if not self.exists(marker):
+            for file in iter_source_files(path):
+                self.put_file(uri.join(file.relative_to(path).as_posix()), file)
+            self.put_bytes(marker, b"")
+        return uri
+
+    # -- downloads -------------------------------------------------------------------------
+
+    def list_keys(self, prefix: OssUri) -> list[str]:
+        bucket = self.bucket(prefix.bucket)
+        return self._retry(
+            f"list {prefix}",
+            lambda: [o.key for o in self._oss2.ObjectIteratorV2(bucket, prefix=prefix.key)],
+        )
+
+    def get_bytes(self, uri: OssUri) -> bytes:
+        return self._retry(
+            f"download {uri}", lambda: self.bucket(uri.bucket).get_object(uri.key).read()
+        )
+
+    def download(self, uri: OssUri, dest: Path) -> list[Path]:
+        """An object to ``dest/<name>``, or every object under a prefix to ``dest/<relative>``."""
+        if uri.key and not uri.key.endswith("/") and self.exists(uri):
+            keys, prefix = [uri.key], uri.key[: uri.key.rfind("/") + 1]
+        else:
+            prefix = uri.as_dir().key
+            keys = [k for k in self.list_keys(OssUri(uri.bucket, prefix)) if not k.endswith("/")]
+        bucket = self.bucket(uri.bucket)
+        written = []
+        for key in keys:
+            target = dest / key[len(prefix) :]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            self._retry(
+                f"download oss://{uri.bucket}/{key}",
+                lambda key=key, target=target: self._oss2.resumable_download(
+                    bucket, key, str(target), multiget_threshold=MULTIPART_THRESHOLD
+                ),
+            )
+            written.append(target)
+        return written
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for chunk in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+class _CredentialsBridge:
+    """oss2's credentials provider over the Alibaba Cloud credentials client (STS refresh)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def get_credentials(self) -> Any:
+        import oss2
+
+        current = self.client.get_credential()
+        return oss2.credentials.Credentials(
+            current.access_key_id, current.access_key_secret, current.security_token or ""
+        )

@@ -1,0 +1,1194 @@
+"""The emulated PAI control plane, spoken over real HTTP so the official generated clients run.
+
+Two APIs share one server: PaiStudio 2022-01-12 (TrainingJob: create, get, list, stop, logs,
+metrics) and AIWorkspace 2021-02-04 ``ListImages``.  Requests must carry the signature
+``alibabacloud-tea-openapi`` sends by default (``ACS3-HMAC-SHA256``), which is recomputed with
+the account's secret.  A training job is run for real: a background thread walks it through
+Creating -> Created -> Initializing -> Submitted -> Running -> Succeed/Failed/Terminated (the
+order of ``TrainingJobStatus`` in the PAI SDK), fetches its code and inputs from the object store
+into ``<root>/jobs/<id>/ml`` (the PAI ``/ml`` tree), runs the command with the host interpreter
+first on ``PATH``, extracts metrics from the log with ``MetricDefinitions`` and pushes
+``ml/output/<channel>/`` to each channel's ``OutputUri`` before the final status is set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import importlib.metadata
+import io
+import json
+import os
+import re
+import secrets
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.message import Message
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, quote, unquote
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+from .common import Credentials, Fault, FaultPlan, RequestLog, RequestRecord
+from .store import ObjectStore, split_uri
+
+# ECS instance types PAI-DLC sells in cn-hangzhou (CPU and GPU); anything else is rejected.
+DEFAULT_INSTANCE_TYPES: tuple[str, ...] = (
+    "ecs.c6.large",
+    "ecs.c6.xlarge",
+    "ecs.c6.2xlarge",
+    "ecs.c6.4xlarge",
+    "ecs.g6.large",
+    "ecs.g6.xlarge",
+    "ecs.g6.2xlarge",
+    "ecs.g6.4xlarge",
+    "ecs.r6.xlarge",
+    "ecs.c7.xlarge",
+    "ecs.g7.xlarge",
+    "ecs.g7.2xlarge",
+    "ecs.gn6i-c4g1.xlarge",
+    "ecs.gn6i-c8g1.2xlarge",
+    "ecs.gn6v-c8g1.2xlarge",
+    "ecs.gn7i-c8g1.2xlarge",
+)
+
+# Official PAI training images: (name, system.framework, system.chipType, system.pythonVersion).
+OFFICIAL_IMAGES: tuple[tuple[str, str, str, str], ...] = (
+    ("xgboost-training:1.6.0-cpu-py36-ubuntu18.04", "XGBoost 1.6.0", "CPU", "3.6"),
+    ("pytorch-training:1.12-cpu-py39-ubuntu20.04", "PyTorch 1.12", "CPU", "3.9"),
+    ("pytorch-training:1.12-gpu-py39-cu113-ubuntu20.04", "PyTorch 1.12", "GPU", "3.9"),
+    ("pytorch-training:2.7-gpu-py312-cu128-ubuntu24.04", "PyTorch 2.7", "GPU", "3.12"),
+    ("tensorflow-training:2.3-cpu-py36-ubuntu18.04", "TensorFlow 2.3", "CPU", "3.6"),
+    ("tensorflow-training:2.3-gpu-py36-cu101-ubuntu18.04", "TensorFlow 2.3", "GPU", "3.6"),
+)
+
+TERMINAL = frozenset({"Succeed", "Failed", "Terminated", "InitializeFailed", "CreateFailed"})
+ALGORITHM = "ACS3-HMAC-SHA256"
+CLOCK_SKEW_SECONDS = 15 * 60
+KILL_GRACE_SECONDS = 1.0
+ACCOUNT_UID = "1605338126478013"
+# What a job inherits from the emulator's environment (no credentials, no host PYTHONPATH).
+HOST_ENV = re.compile(r"PATH|HOME|USER|LANG|LANGUAGE|LC_\w+|TZ|TMPDIR|PIP_\w+|(?i:\w+_proxy)")
+PAGE_SIZE = 20  # ListImages documents 20 as its default; assumed for the others too
+# Keys the ListTrainingJobs items carry (ListTrainingJobsResponseBodyTrainingJobs).
+LIST_KEYS = frozenset(
+    {
+        "AlgorithmName", "AlgorithmProvider", "AlgorithmVersion", "ComputeResource", "DlcJobId",
+        "Environments", "ExperimentConfig", "GmtCreateTime", "GmtModifiedTime", "HyperParameters",
+        "InputChannels", "IsTempAlgo", "Labels", "OutputChannels", "PythonRequirements",
+        "ReasonCode", "ReasonMessage", "RoleArn", "Scheduler", "Status", "StatusTransitions",
+        "TrainingJobDescription", "TrainingJobId", "TrainingJobName", "UserId", "UserVpc",
+        "WorkspaceId",
+    }
+)  # fmt: skip
+# Request fields echoed unchanged by GetTrainingJob.
+ECHOED = (
+    "AlgorithmName", "AlgorithmProvider", "AlgorithmVersion", "AlgorithmSpec", "Environments",
+    "ExperimentConfig", "HyperParameters", "InputChannels", "Labels", "OutputChannels",
+    "Priority", "PythonRequirements", "RoleArn", "Scheduler", "Settings",
+    "TrainingJobDescription", "UserVpc",
+)  # fmt: skip
+
+
+class ApiError(Exception):
+    """An error response: HTTP status, Alibaba Cloud error code, message."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status, self.code, self.message = status, code, message
+
+
+@dataclass
+class _Job:
+    id: str
+    request: dict[str, Any]
+    created: float
+    seq: int
+    dir: Path
+    metric_regexes: list[tuple[str, re.Pattern[str]]]
+    dlc_id: str = field(default_factory=lambda: "dlc" + _random_id(14))
+    status: str = "Creating"
+    modified: float = 0.0
+    transitions: list[dict[str, str]] = field(default_factory=list)
+    reason_code: str | None = None
+    reason_message: str | None = None
+    run_start: float | None = None
+    end: float | None = None
+    logs: list[tuple[float, str]] = field(default_factory=list)
+    metrics: list[tuple[str, float, float]] = field(default_factory=list)
+    process: subprocess.Popen[bytes] | None = None
+    stop_reason: str | None = None  # "user", "timeout" or "shutdown"
+    stop_event: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+
+    @property
+    def ml(self) -> Path:
+        return self.dir / "ml"
+
+
+@dataclass(frozen=True)
+class _Route:
+    method: str
+    pattern: re.Pattern[str]
+    action: str
+    product: str  # for the error's HostId / Recommend link
+    handler: Callable[..., dict[str, Any]]
+
+
+class PaiServer:
+    """PAI TrainingJob + ListImages on ``http://host:port``; ``endpoint`` is ``host:port``."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        credentials: Credentials,
+        log: RequestLog,
+        faults: FaultPlan | None = None,
+        root: Path | None = None,
+        phase_seconds: float = 0.05,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        region: str = "cn-hangzhou",
+        instance_types: Iterable[str] = DEFAULT_INSTANCE_TYPES,
+        image_allow: str | None = None,
+    ) -> None:
+        self.store = store
+        self.credentials = credentials
+        self.log = log
+        self.faults = faults
+        self.root = Path(root) if root else Path(tempfile.mkdtemp(prefix="pai-emulator-"))
+        self.phase_seconds = phase_seconds
+        self.region = region
+        self.instance_types = frozenset(instance_types)
+        self.image_allow = re.compile(image_allow) if image_allow else None
+        self.images = _official_images(region)
+        self._host, self._port = host, port
+        self._lock = threading.RLock()
+        self._jobs: dict[str, _Job] = {}
+        self._nonces: dict[str, float] = {}
+        self._errors = 0
+        self._httpd: _HttpServer | None = None
+        self._routes = self._build_routes()
+
+    # lifecycle -------------------------------------------------------------------------
+    def start(self) -> PaiServer:
+        self._httpd = _HttpServer((self._host, self._port), self)
+        threading.Thread(target=self._httpd.serve_forever, name="pai-emulator", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and kill every job still running (they end Terminated)."""
+        with self._lock:
+            jobs = list(self._jobs.values())
+        for job in jobs:
+            self._interrupt(job, "shutdown")
+        for job in jobs:
+            if job.thread:
+                job.thread.join(timeout=KILL_GRACE_SECONDS + 5)
+        if self._httpd:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd.close_connections()
+            self._httpd = None
+
+    def __enter__(self) -> PaiServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        if not self._httpd:
+            raise RuntimeError("the PAI emulator is not running")
+        return int(self._httpd.server_address[1])
+
+    @property
+    def endpoint(self) -> str:
+        """``127.0.0.1:PORT``: what ``Config(endpoint=..., protocol="http")`` takes."""
+        return f"{self._host}:{self.port}"
+
+    def job_dir(self, training_job_id: str) -> Path:
+        """Where a job's ``ml`` tree, ``job.log`` and ``job.json`` live."""
+        return self.root / "jobs" / training_job_id
+
+    def jobs(self) -> list[dict[str, Any]]:
+        """Every job as GetTrainingJob shows it, oldest first (for test assertions)."""
+        with self._lock:
+            return [json.loads(json.dumps(self._view(job))) for job in self._jobs.values()]
+
+    def job(self, training_job_id: str) -> dict[str, Any]:
+        """One job as GetTrainingJob shows it; KeyError when there is none."""
+        with self._lock:
+            return json.loads(json.dumps(self._view(self._jobs[training_job_id])))
+
+    # HTTP plumbing ---------------------------------------------------------------------
+    def _build_routes(self) -> list[_Route]:
+        job = r"/api/v1/trainingjobs/(?P<job>[^/]+)"
+        table: list[tuple[str, str, str, str, Callable[..., dict[str, Any]]]] = [
+            ("POST", r"/api/v1/trainingjobs", "CreateTrainingJob", "PAI", self._create_job),
+            ("GET", r"/api/v1/trainingjobs", "ListTrainingJobs", "PAI", self._list_jobs),
+            ("GET", job, "GetTrainingJob", "PAI", self._get_job),
+            ("PUT", job + "/stop", "StopTrainingJob", "PAI", self._stop_job),
+            ("GET", job + "/logs", "ListTrainingJobLogs", "PAI", self._list_logs),
+            ("GET", job + "/metrics", "ListTrainingJobMetrics", "PAI", self._list_metrics),
+            ("GET", job + "/latestmetrics", "GetTrainingJobLatestMetrics", "PAI", self._latest),
+            ("GET", r"/api/v1/images", "ListImages", "AIWorkSpace", self._list_images),
+        ]
+        return [_Route(m, re.compile(p + "/?"), a, pr, h) for m, p, a, pr, h in table]
+
+    def _handle(self, h: _Handler) -> None:
+        raw_path, _, raw_query = h.path.partition("?")
+        length = int(h.headers.get("Content-Length") or 0)
+        body = h.rfile.read(length) if length else b""
+        query = dict(parse_qsl(raw_query, keep_blank_values=True))
+        route, args = self._match(h.command, raw_path)
+        action = route.action if route else "Unknown"
+        product = route.product if route else "PAI"
+        request_id = str(uuid.uuid4()).upper()
+        faults = self.faults
+        fault, after = faults.draw() if faults else (None, False)
+        status = 0
+        try:
+            if fault and not after:
+                if fault != "drop":
+                    status = self._send_fault(h, fault, product, request_id)
+                return
+            try:
+                self._authenticate(h.command, raw_path, raw_query, h.headers, body)
+                if route is None:
+                    raise ApiError(404, "InvalidApi.NotFound", "Specified api is not found.")
+                payload = route.handler(query, body, **args)
+                payload["RequestId"] = request_id
+                code = 200
+            except ApiError as exc:
+                code, payload = exc.status, self._error(product, request_id, exc.code, exc.message)
+            except Exception as exc:  # an emulator bug: answer like the service, keep the trace
+                traceback.print_exc()
+                code, payload = 500, self._error(product, request_id, "InternalError", repr(exc))
+            if fault != "drop":
+                status = _send_json(h, code, payload, request_id)
+        finally:
+            if status == 0:
+                h.close_connection = True
+            self.log.add(
+                RequestRecord(
+                    time=time.time(),
+                    service="pai",
+                    method=h.command,
+                    path=unquote(raw_path),
+                    query=query,
+                    action=action,
+                    status=status,
+                    fault=fault,
+                    bytes_in=len(body),
+                )
+            )
+
+    def _match(self, method: str, raw_path: str) -> tuple[_Route | None, dict[str, str]]:
+        for route in self._routes:
+            found = route.pattern.fullmatch(raw_path)
+            if found and route.method == method:
+                return route, {k: unquote(v) for k, v in found.groupdict().items()}
+        return None, {}
+
+    def _send_fault(self, h: _Handler, fault: Fault, product: str, request_id: str) -> int:
+        if fault == "throttle":  # help.aliyun.com/knowledge_detail/446611.html: HttpCode=400
+            code, error, message = (
+                400,
+                "Throttling.User",
+                "Request was denied due to user flow control.",
+            )
+        else:
+            with self._lock:
+                self._errors += 1
+                odd = self._errors % 2
+            code, error, message = (
+                (500, "InternalError", "The request processing has failed due to unknown error.")
+                if odd
+                else (503, "ServiceUnavailable", "The service is temporarily unavailable.")
+            )
+        return _send_json(h, code, self._error(product, request_id, error, message), request_id)
+
+    def _error(self, product: str, request_id: str, code: str, message: str) -> dict[str, Any]:
+        return {
+            "RequestId": request_id,
+            "HostId": f"{product.lower()}.{self.region}.aliyuncs.com",
+            "Code": code,
+            "Message": message,
+            "Recommend": f"https://api.aliyun.com/troubleshoot?q={code}&product={product}"
+            f"&requestId={request_id}",
+        }
+
+    # authentication --------------------------------------------------------------------
+    def _authenticate(
+        self, method: str, raw_path: str, raw_query: str, headers: Message, body: bytes
+    ) -> None:
+        """Recompute the ACS3-HMAC-SHA256 signature tea-openapi sends; raise on mismatch."""
+        scheme, _, rest = (headers.get("Authorization") or "").partition(" ")
+        fields = dict(p.strip().split("=", 1) for p in rest.split(",") if "=" in p)
+        if scheme != ALGORITHM or not {"Credential", "SignedHeaders", "Signature"} <= set(fields):
+            raise ApiError(
+                400,
+                "IncompleteSignature",
+                f"The request signature does not conform to Aliyun standards: expected "
+                f"'{ALGORITHM} Credential=...,SignedHeaders=...,Signature=...'.",
+            )
+        creds = self.credentials
+        if fields["Credential"] != creds.access_key_id:
+            raise ApiError(400, "InvalidAccessKeyId.NotFound", "Specified access key is not found.")
+        token = headers.get("x-acs-security-token")
+        if token != creds.security_token or (
+            token and headers.get("x-acs-accesskey-id") != creds.access_key_id
+        ):
+            raise ApiError(
+                400,
+                "InvalidSecurityToken.MismatchWithAccessKey",
+                "Specified SecurityToken mismatch with the AccessKey.",
+            )
+        signed = fields["SignedHeaders"].split(";")
+        for required in ("host", "x-acs-date", "x-acs-signature-nonce", "x-acs-content-sha256"):
+            if required not in signed:
+                raise ApiError(400, "IncompleteSignature", f"Header {required} must be signed.")
+        self._check_date_and_nonce(headers)
+        canonical_headers = "".join(
+            f"{name}:{','.join(sorted(v.strip() for v in headers.get_all(name) or []))}\n"
+            for name in signed
+        )
+        canonical_query = "&".join(
+            f"{k}={quote(v, safe='~')}"
+            for k, v in sorted(parse_qsl(raw_query, keep_blank_values=True))
+        )
+        canonical = "\n".join(
+            [
+                method,
+                raw_path or "/",
+                canonical_query,
+                canonical_headers,
+                fields["SignedHeaders"],
+                hashlib.sha256(body).hexdigest(),
+            ]
+        )
+        string_to_sign = f"{ALGORITHM}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
+        expected = hmac.new(
+            creds.access_key_secret.encode(), string_to_sign.encode(), hashlib.sha256
+        ).hexdigest()
+        if not hmac.compare_digest(expected, fields["Signature"]):
+            raise ApiError(
+                403,
+                "SignatureDoesNotMatch",
+                "Specified signature does not match our calculation. "
+                f"server string to sign is:{string_to_sign}",
+            )
+        with self._lock:
+            self._nonces[headers["x-acs-signature-nonce"]] = time.time()
+
+    def _check_date_and_nonce(self, headers: Message) -> None:
+        try:
+            sent = datetime.strptime(headers.get("x-acs-date") or "", "%Y-%m-%dT%H:%M:%SZ")
+        except ValueError:
+            raise ApiError(
+                400,
+                "InvalidTimeStamp.Format",
+                "Specified time stamp or date is not well formatted.",
+            ) from None
+        current = time.time()
+        if abs(sent.replace(tzinfo=UTC).timestamp() - current) > CLOCK_SKEW_SECONDS:
+            raise ApiError(
+                400, "InvalidTimeStamp.Expired", "Specified time stamp or date value is expired."
+            )
+        with self._lock:
+            for nonce, seen in list(self._nonces.items()):
+                if current - seen > CLOCK_SKEW_SECONDS:
+                    del self._nonces[nonce]
+            if headers.get("x-acs-signature-nonce") in self._nonces:
+                raise ApiError(
+                    400, "SignatureNonceUsed", "Specified signature nonce was used already."
+                )
+
+    # TrainingJob API -------------------------------------------------------------------
+    def _create_job(self, query: dict[str, str], body: bytes) -> dict[str, Any]:
+        request = _json_object(body)
+        regexes = self._validate(request)
+        with self._lock:
+            job_id = "train" + _random_id(14)
+            created = time.time()
+            job = _Job(
+                id=job_id,
+                request=request,
+                created=created,
+                seq=len(self._jobs),
+                dir=self.job_dir(job_id),
+                metric_regexes=regexes,
+            )
+            job.dir.mkdir(parents=True, exist_ok=True)
+            self._jobs[job_id] = job
+            self._transition(job, "Creating")
+            job.thread = threading.Thread(target=self._run, args=(job,), name=job_id, daemon=True)
+            job.thread.start()
+        return {"TrainingJobId": job_id}
+
+    def _validate(self, request: dict[str, Any]) -> list[tuple[str, re.Pattern[str]]]:
+        """Reject what the service rejects at CreateTrainingJob; return the metric regexes."""
+        for name in ("TrainingJobName", "WorkspaceId"):
+            if not isinstance(request.get(name), str) or not request[name]:
+                raise ApiError(400, f"Missing{name}", f"{name} is mandatory for this action.")
+        spec = request.get("AlgorithmSpec")
+        if not isinstance(spec, dict):
+            raise _invalid(
+                "AlgorithmSpec",
+                "an AlgorithmSpec is required (the emulator has no algorithm registry)",
+            )
+        if not isinstance(spec.get("Image"), str) or not spec["Image"]:
+            raise _invalid("AlgorithmSpec.Image", "the training image is required")
+        command = spec.get("Command")
+        if not isinstance(command, list) or not command or not _all_str(command):
+            raise _invalid("AlgorithmSpec.Command", "a non-empty list of strings is required")
+        for location in (spec.get("CodeDir"), request.get("CodeDir")):
+            if location is not None:
+                _location_uri(location)
+        resource = request.get("ComputeResource")
+        if not isinstance(resource, dict):
+            raise _invalid("ComputeResource", "ComputeResource is required")
+        ecs_spec = resource.get("EcsSpec")
+        if not isinstance(ecs_spec, str) or not ecs_spec:
+            raise _invalid("ComputeResource.EcsSpec", "EcsSpec is required")
+        if ecs_spec not in self.instance_types:
+            raise _invalid(
+                "ComputeResource.EcsSpec",
+                f"{ecs_spec} is not an available instance type in {self.region}",
+            )
+        count = resource.get("EcsCount", 1)
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise _invalid("ComputeResource.EcsCount", f"{count!r} is not a positive integer")
+        _pairs(request, "HyperParameters", "Name", "Value")
+        _pairs(request, "Labels", "Key", "Value")
+        for name, uri_key in (("InputChannels", "InputUri"), ("OutputChannels", "OutputUri")):
+            for channel in _list_of_dicts(request, name):
+                if not isinstance(channel.get("Name"), str) or not channel["Name"]:
+                    raise _invalid(f"{name}.Name", "every channel needs a Name")
+                uri = channel.get(uri_key)
+                if not isinstance(uri, str) or not uri.startswith("oss://"):
+                    raise _invalid(f"{name}.{uri_key}", f"{uri!r} is not an oss:// URI")
+        environments = request.get("Environments", {})
+        if not isinstance(environments, dict) or not _all_str(
+            [*environments, *environments.values()]
+        ):
+            raise _invalid("Environments", "a map of strings to strings is required")
+        requirements = request.get("PythonRequirements", [])
+        if not isinstance(requirements, list) or not _all_str(requirements):
+            raise _invalid("PythonRequirements", "a list of strings is required")
+        scheduler = request.get("Scheduler") or {}
+        if not isinstance(scheduler, dict):
+            raise _invalid("Scheduler", "an object is required")
+        for key in ("MaxRunningTimeInSeconds", "MaxRunningTimeInMinutes"):
+            limit = scheduler.get(key)
+            if limit is not None and (not isinstance(limit, int) or limit <= 0):
+                raise _invalid(f"Scheduler.{key}", f"{limit!r} is not a positive integer")
+        regexes = []
+        for definition in spec.get("MetricDefinitions") or []:
+            try:
+                regexes.append((definition["Name"], re.compile(definition["Regex"])))
+            except (KeyError, TypeError, re.error) as exc:
+                raise _invalid(
+                    "AlgorithmSpec.MetricDefinitions", f"{definition!r}: {exc}"
+                ) from None
+        return regexes
+
+    def _get_job(self, query: dict[str, str], body: bytes, job: str) -> dict[str, Any]:
+        with self._lock:
+            return self._view(self._find(job))
+
+    def _list_jobs(self, query: dict[str, str], body: bytes) -> dict[str, Any]:
+        labels = _json_labels(query.get("Labels"))
+        name = query.get("TrainingJobName", "").lower()
+        statuses = {s for s in query.get("Status", "").split(",") if s}
+        start = _parse_time(query, "StartTime")
+        end = _parse_time(query, "EndTime")
+        sort_key = query.get("SortBy") or "GmtCreateTime"
+        if sort_key not in ("GmtCreateTime", "GmtModifiedTime", "TrainingJobName", "Status"):
+            raise _invalid("SortBy", f"{sort_key} is not a sortable field")
+
+        def wanted(job: _Job) -> bool:
+            request = job.request
+            return (
+                (query.get("WorkspaceId") or request["WorkspaceId"]) == request["WorkspaceId"]
+                and (query.get("TrainingJobId") or job.id) == job.id
+                and name in request["TrainingJobName"].lower()
+                and (not statuses or job.status in statuses)
+                and (start is None or job.created >= start)
+                and (end is None or job.created <= end)
+                and _has_labels(job, labels)
+            )
+
+        with self._lock:
+            jobs = [job for job in self._jobs.values() if wanted(job)]
+            keys: dict[str, Callable[[_Job], Any]] = {
+                "GmtCreateTime": lambda j: (j.created, j.seq),
+                "GmtModifiedTime": lambda j: (j.modified, j.seq),
+                "TrainingJobName": lambda j: (j.request["TrainingJobName"], j.seq),
+                "Status": lambda j: (j.status, j.seq),
+            }
+            jobs.sort(key=keys[sort_key], reverse=_descending(query, default="DESC"))
+            page = _page(jobs, query)
+            items = [_list_item(self._view(job), job.dlc_id) for job in page]
+        return {"TrainingJobs": items, "TotalCount": len(jobs)}
+
+    def _stop_job(self, query: dict[str, str], body: bytes, job: str) -> dict[str, Any]:
+        with self._lock:
+            found = self._find(job)
+        self._interrupt(found, "user")
+        return {}
+
+    def _list_logs(self, query: dict[str, str], body: bytes, job: str) -> dict[str, Any]:
+        start = _parse_time(query, "StartTime")
+        end = _parse_time(query, "EndTime")
+        with self._lock:
+            found = self._find(job)
+            if found.run_start is None:  # the pai SDK catches exactly this code while polling
+                raise ApiError(
+                    404,
+                    "TRAINING_JOB_INSTANCE_NOT_FOUND",
+                    f"No instance of training job {found.id} has been started yet.",
+                )
+            lines = [
+                text
+                for at, text in found.logs
+                if (start is None or at >= start) and (end is None or at <= end)
+            ]
+        return {"Logs": _page(lines, query), "TotalCount": str(len(lines))}
+
+    def _list_metrics(self, query: dict[str, str], body: bytes, job: str) -> dict[str, Any]:
+        start = _parse_time(query, "StartTime")
+        end = _parse_time(query, "EndTime")
+        with self._lock:
+            metrics = [
+                m
+                for m in self._find(job).metrics
+                if (not query.get("Name") or m[0] == query["Name"])
+                and (start is None or m[2] >= start)
+                and (end is None or m[2] <= end)
+            ]
+        if _descending(query, default="ASC"):
+            metrics.reverse()
+        return {"Metrics": [_metric(m) for m in _page(metrics, query)], "TotalCount": len(metrics)}
+
+    def _latest(self, query: dict[str, str], body: bytes, job: str) -> dict[str, Any]:
+        names = {n for n in query.get("Names", "").split(",") if n}
+        with self._lock:
+            latest = _latest_metrics(self._find(job))
+        return {"Metrics": [m for m in latest if not names or m["Name"] in names]}
+
+    def _find(self, job_id: str) -> _Job:
+        job = self._jobs.get(job_id)
+        if job is None:
+            raise ApiError(404, "TRAINING_JOB_NOT_FOUND", f"Training job {job_id} does not exist.")
+        return job
+
+    def _view(self, job: _Job) -> dict[str, Any]:
+        """The GetTrainingJob body (without RequestId)."""
+        request = job.request
+        view: dict[str, Any] = {k: request[k] for k in ECHOED if request.get(k) is not None}
+        resource = request["ComputeResource"]
+        outputs = {c["Name"]: c["OutputUri"] for c in request.get("OutputChannels") or []}
+        finished = job.end or time.time()
+        view |= {
+            "TrainingJobId": job.id,
+            "TrainingJobName": request["TrainingJobName"],
+            "WorkspaceId": request["WorkspaceId"],
+            "UserId": ACCOUNT_UID,
+            "IsTempAlgo": True,
+            "Status": job.status,
+            "StatusTransitions": [dict(t) for t in job.transitions],
+            "ComputeResource": {"EcsCount": 1, **resource},
+            "GmtCreateTime": _iso(job.created),
+            "GmtModifiedTime": _iso(job.modified),
+            "Duration": int(finished - job.run_start) if job.run_start else 0,
+            "TrainingJobUrl": f"https://pai.console.aliyun.com/?regionId={self.region}"
+            f"&workspaceId={request['WorkspaceId']}#/training/jobs/{job.id}",
+            "LatestMetrics": _latest_metrics(job),
+        }
+        if job.reason_code:
+            view |= {"ReasonCode": job.reason_code, "ReasonMessage": job.reason_message}
+        if job.run_start:
+            state = job.status if job.status in TERMINAL else "Running"
+            view["Instances"] = [
+                {"Name": f"{job.dlc_id}-worker-0", "Role": "Worker", "Status": state}
+            ]
+        if "model" in outputs:
+            view["OutputModel"] = {"OutputChannelName": "model", "Uri": outputs["model"]}
+        return view
+
+    # AIWorkspace ListImages ------------------------------------------------------------
+    def _list_images(self, query: dict[str, str], body: bytes) -> dict[str, Any]:
+        conditions = [
+            (key.strip(), sep, value.strip())
+            for key, sep, value in (c.partition("=") for c in query.get("Labels", "").split(","))
+            if key.strip()
+        ]
+        name = query.get("Name", "")
+        exact = "ExactMatchName" in query.get("Options", "")
+        text = query.get("Query", "").lower()
+        images = []
+        for image in self.images:
+            labels = {label["Key"]: label["Value"] for label in image["Labels"]}
+            if any(
+                labels.get(key) != value if sep else key not in labels
+                for key, sep, value in conditions
+            ):
+                continue
+            if name and (
+                image["Name"] != name if exact else name.lower() not in image["Name"].lower()
+            ):
+                continue
+            if text and text not in (image["Name"] + " " + image["Description"]).lower():
+                continue
+            if query.get("ImageUri") and image["ImageUri"] != query["ImageUri"]:
+                continue
+            images.append(image)
+        images.sort(key=lambda i: i["GmtCreateTime"], reverse=_descending(query, default="ASC"))
+        verbose = query.get("Verbose", "").lower() == "true"
+        page = [i if verbose else {k: v for k, v in i.items() if k != "Labels"} for i in images]
+        return {"Images": _page(page, query), "TotalCount": len(images)}
+
+    def _image_available(self, uri: str) -> bool:
+        repo = re.fullmatch(
+            rf"(?:dsw-registry(?:-vpc)?\.{re.escape(self.region)}\.cr\.aliyuncs\.com/pai"
+            rf"|registry(?:-vpc)?\.{re.escape(self.region)}\.aliyuncs\.com/pai-dlc)/(.+)",
+            uri,
+        )
+        if repo and repo.group(1) in {name for name, *_ in OFFICIAL_IMAGES}:
+            return True
+        return bool(self.image_allow and self.image_allow.fullmatch(uri))
+
+    # job execution ---------------------------------------------------------------------
+    def _run(self, job: _Job) -> None:
+        """The job's life after CreateTrainingJob, one phase every ``phase_seconds``."""
+        try:
+            for status in ("Created", "Initializing"):
+                if self._pause(job):
+                    return
+                self._transition(job, status)
+            failure = self._prepare(job)
+            if failure:
+                self._finish(job, "InitializeFailed", *failure)
+                return
+            for status in ("Submitted", "Running"):
+                if self._pause(job):
+                    return
+                if status == "Running" and not self._image_available(self._image(job)):
+                    self._finish(
+                        job,
+                        "Failed",
+                        "ImagePullBackOff",
+                        f'Back-off pulling image "{self._image(job)}": the image does not exist '
+                        "or cannot be pulled.",
+                    )
+                    return
+                self._transition(job, status)
+            self._finish(job, *self._execute(job))
+        except Exception as exc:  # an emulator bug: fail the job visibly
+            traceback.print_exc()
+            self._finish(job, "Failed", "InternalError", f"emulator error: {exc!r}")
+
+    def _pause(self, job: _Job) -> bool:
+        """Wait one phase; on a stop, end the job (Terminated) and return True."""
+        if job.stop_event.wait(self.phase_seconds):
+            self._finish(job, *self._stopped(job))
+            return True
+        return False
+
+    def _image(self, job: _Job) -> str:
+        return str(job.request["AlgorithmSpec"]["Image"])
+
+    def _prepare(self, job: _Job) -> tuple[str, str] | None:
+        """Fetch code and inputs, lay out ``ml/``; return (ReasonCode, ReasonMessage) on failure."""
+        request = job.request
+        spec = request["AlgorithmSpec"]
+        usercode = job.ml / "usercode"
+        for sub in ("usercode", "input/config", "input/data", "output"):
+            (job.ml / sub).mkdir(parents=True, exist_ok=True)
+        location = spec.get("CodeDir") or request.get("CodeDir")
+        if location:
+            failure = self._fetch_code(_location_uri(location), usercode)
+            if failure:
+                return failure
+        for channel in request.get("InputChannels") or []:
+            uri = channel["InputUri"]
+            if self._object_kind(uri) is None:
+                return _missing(f"input channel {channel['Name']}", uri, self.store)
+            self.store.download_uri(uri, job.ml / "input" / "data" / channel["Name"])
+        for channel in request.get("OutputChannels") or []:
+            bucket, _ = split_uri(channel["OutputUri"])
+            if not self.store.bucket_exists(bucket):
+                return (
+                    "NoSuchBucket",
+                    f"output channel {channel['Name']}: bucket {bucket} does not exist.",
+                )
+            (job.ml / "output" / channel["Name"]).mkdir(parents=True, exist_ok=True)
+        hps = {hp["Name"]: hp["Value"] for hp in request.get("HyperParameters") or []}
+        (job.ml / "input" / "config" / "hyperparameters.json").write_text(json.dumps(hps, indent=2))
+        return None
+
+    def _object_kind(self, uri: str) -> str | None:
+        """ "object", "prefix" (at least one key below it) or None when nothing is there."""
+        bucket, key = split_uri(uri)
+        if not self.store.bucket_exists(bucket):
+            return None
+        if key and not key.endswith("/") and self.store.head(bucket, key) is not None:
+            return "object"
+        prefix = key if not key or key.endswith("/") else key + "/"
+        return "prefix" if next(iter(self.store.keys(bucket, prefix)), None) else None
+
+    def _fetch_code(self, uri: str, usercode: Path) -> tuple[str, str] | None:
+        kind = self._object_kind(uri)
+        if kind is None:
+            return _missing("CodeDir", uri, self.store)
+        if kind == "prefix" or not uri.endswith((".tar.gz", ".tgz", ".tar")):
+            self.store.download_uri(uri, usercode)
+            return None
+        data = self.store.get(*split_uri(uri)) or b""
+        try:
+            with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as archive:
+                archive.extractall(usercode, filter="data")
+        except (tarfile.TarError, OSError) as exc:
+            return "InvalidCodeDir", f"CodeDir {uri} is not a readable tar archive: {exc}"
+        return None
+
+    def _environment(self, job: _Job) -> dict[str, str]:
+        """A container-like environment: a few host basics, Environments, every PAI_* variable."""
+        request = job.request
+        ml = job.ml
+        env = {k: v for k, v in os.environ.items() if HOST_ENV.fullmatch(k)}
+        env.update(request.get("Environments") or {})
+        hps = {hp["Name"]: hp["Value"] for hp in request.get("HyperParameters") or []}
+        env |= {
+            "PAI_WORKING_DIR": str(ml / "usercode"),
+            "PAI_CONFIG_DIR": str(ml / "input" / "config"),
+            "PAI_HPS": json.dumps(hps),
+            "PAI_USER_ARGS": " ".join(f"--{k} {shlex.quote(v)}" for k, v in hps.items()),
+            "PATH": os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")]),
+        }
+        for name, value in hps.items():
+            env[_env_name("PAI_HPS_", name)] = value
+        for channel in request.get("InputChannels") or []:
+            target = ml / "input" / "data" / channel["Name"]
+            if self._object_kind(channel["InputUri"]) == "object":
+                target = target / channel["InputUri"].rsplit("/", 1)[-1]
+                env[_env_name("PAI_INPUT_", channel["Name"])] = str(target)
+            else:
+                env[_env_name("PAI_INPUT_", channel["Name"])] = f"{target}/"
+        for channel in request.get("OutputChannels") or []:
+            env[_env_name("PAI_OUTPUT_", channel["Name"])] = f"{ml / 'output' / channel['Name']}/"
+        return env
+
+    def _execute(self, job: _Job) -> tuple[str, str | None, str | None]:
+        """Install what is missing, run the command; the final (status, code, message)."""
+        request = job.request
+        env = self._environment(job)
+        usercode = job.ml / "usercode"
+        limit = _time_limit(request)
+        timer = threading.Timer(limit, self._interrupt, (job, "timeout")) if limit else None
+        if timer:
+            timer.daemon = True
+            timer.start()
+        try:
+            requirements = list(request.get("PythonRequirements") or [])
+            requirements_file = usercode / "requirements.txt"
+            if requirements_file.is_file():
+                requirements += requirements_file.read_text().splitlines()
+            missing = _unsatisfied(requirements)
+            if missing:
+                self._append_log(job, "Installing Python requirements: " + ", ".join(missing))
+                pip = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check"]
+                code = self._spawn(job, [*pip, *missing], env, usercode)
+                if job.stop_reason:
+                    return self._stopped(job)
+                if code != 0:
+                    message = f"Installing Python requirements failed with exit code {code}."
+                    return "Failed", "RequirementsInstallFailed", message
+            command = shlex.join(request["AlgorithmSpec"]["Command"])
+            code = self._spawn(job, ["sh", "-c", command], env, usercode)
+            if job.stop_reason or code is None:
+                return self._stopped(job)
+            if code == 0:
+                return "Succeed", None, None
+            how = f"was killed by signal {-code}" if code < 0 else f"failed with exit code {code}"
+            return "Failed", "JobFailed", f"The training process {how}."
+        finally:
+            if timer:
+                timer.cancel()
+
+    def _spawn(self, job: _Job, argv: list[str], env: dict[str, str], cwd: Path) -> int | None:
+        """Run ``argv`` in its own process group, every output line into the job log."""
+        with self._lock:
+            if job.stop_reason:
+                return None
+            process = subprocess.Popen(
+                argv,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            job.process = process
+        assert process.stdout is not None
+        for raw in iter(process.stdout.readline, b""):
+            self._append_log(job, raw.decode(errors="replace").rstrip("\r\n"))
+        process.stdout.close()
+        code = process.wait()
+        with self._lock:
+            job.process = None
+        return code
+
+    def _stopped(self, job: _Job) -> tuple[str, str, str]:
+        if job.stop_reason == "timeout":
+            limit = _time_limit(job.request)
+            message = f"The job ran longer than MaxRunningTimeInSeconds={limit} and was stopped."
+            return "Failed", "JobTimeout", message
+        return "Terminated", "JobStoppedByUser", "The training job was stopped."
+
+    def _interrupt(self, job: _Job, reason: str) -> None:
+        """Stop a job: mark why, wake its thread, kill its process group (TERM, then KILL)."""
+        with self._lock:
+            if job.status in TERMINAL or job.stop_reason:
+                return
+            job.stop_reason = reason
+            job.stop_event.set()
+            process = job.process
+        if process is not None:
+            threading.Thread(target=_kill_group, args=(process,), daemon=True).start()
+
+    def _append_log(self, job: _Job, line: str) -> None:
+        at = time.time()
+        found = [
+            (name, float(match.group(1)), at)
+            for name, regex in job.metric_regexes
+            if (match := regex.search(line)) and regex.groups and _is_float(match.group(1))
+        ]
+        with self._lock:
+            job.logs.append((at, line))
+            job.metrics.extend(found)
+            with (job.dir / "job.log").open("a", encoding="utf-8") as handle:
+                handle.write(line + "\n")
+
+    def _transition(
+        self, job: _Job, status: str, code: str | None = None, message: str | None = None
+    ) -> None:
+        with self._lock:
+            at = time.time()
+            stamp = _iso(at)
+            if job.transitions:
+                job.transitions[-1]["EndTime"] = stamp
+            entry = {"Status": status, "StartTime": stamp}
+            if code:
+                entry |= {"ReasonCode": code, "ReasonMessage": message or ""}
+            if status in TERMINAL:
+                entry["EndTime"] = stamp
+                job.end = at
+                job.reason_code, job.reason_message = code, message
+            job.transitions.append(entry)
+            job.status, job.modified = status, at
+            if status == "Running":
+                job.run_start = at
+            (job.dir / "job.json").write_text(json.dumps(self._view(job), indent=2))
+
+    def _finish(self, job: _Job, status: str, code: str | None, message: str | None) -> None:
+        """Push the outputs of a job that ran, then set its final status (once)."""
+        if job.status in TERMINAL:
+            return
+        if job.run_start is not None:
+            for channel in job.request.get("OutputChannels") or []:
+                source = job.ml / "output" / channel["Name"]
+                if source.is_dir():
+                    self.store.upload_tree(source, channel["OutputUri"])
+        self._transition(job, status, code, message)
+
+
+class _HttpServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], pai: PaiServer) -> None:
+        self.pai = pai
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+        super().__init__(address, _Handler)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        with self._connections_lock:
+            self._connections.add(request)
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._connections_lock:
+                self._connections.discard(request)
+
+    def close_connections(self) -> None:
+        """Wake the handler threads still waiting on kept-alive connections."""
+        with self._connections_lock:
+            connections = list(self._connections)
+        for connection in connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _HttpServer
+
+    def do_GET(self) -> None:
+        self.server.pai._handle(self)
+
+    do_POST = do_PUT = do_DELETE = do_GET
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Requests go to the RequestLog, not stderr."""
+
+
+# helpers ---------------------------------------------------------------------------------
+def _send_json(h: BaseHTTPRequestHandler, status: int, payload: dict[str, Any], rid: str) -> int:
+    data = json.dumps(payload, ensure_ascii=False).encode()
+    h.send_response(status)
+    h.send_header("Content-Type", "application/json;charset=utf-8")
+    h.send_header("Content-Length", str(len(data)))
+    h.send_header("x-acs-request-id", rid)
+    h.end_headers()
+    h.wfile.write(data)
+    return status
+
+
+def _list_item(view: dict[str, Any], dlc_id: str) -> dict[str, Any]:
+    return {k: v for k, v in view.items() if k in LIST_KEYS} | {"DlcJobId": dlc_id}
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(KILL_GRACE_SECONDS)
+    with contextlib.suppress(ProcessLookupError):  # what is left of the group
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+def _official_images(region: str) -> list[dict[str, Any]]:
+    images = []
+    for index, (name, framework, chip, python) in enumerate(OFFICIAL_IMAGES):
+        labels = {
+            "system.official": "true",
+            "system.origin": "PAI",
+            "system.supported.dlc": "true",
+            "system.supported.dsw": "true",
+            "system.chipType": chip,
+            "system.framework": framework,
+            "system.pythonVersion": python,
+        }
+        stamp = f"2023-0{index % 9 + 1}-1{index % 10}T08:00:00Z"
+        images.append(
+            {
+                "ImageId": "image-" + hashlib.sha1(name.encode()).hexdigest()[:18],
+                "Name": name,
+                "ImageUri": f"dsw-registry-vpc.{region}.cr.aliyuncs.com/pai/{name}",
+                "Description": f"PAI official {framework} image ({chip}, Python {python}).",
+                "Accessibility": "PUBLIC",
+                "WorkspaceId": "0",
+                "GmtCreateTime": stamp,
+                "GmtModifiedTime": stamp,
+                "Labels": [{"Key": k, "Value": v} for k, v in labels.items()],
+            }
+        )
+    return images
+
+
+def _unsatisfied(lines: Iterable[str]) -> list[str]:
+    """The requirement lines this interpreter does not already satisfy (options pass through)."""
+    missing = []
+    for line in lines:
+        text = line.split(" #", 1)[0].strip()
+        if not text or text.startswith("#"):
+            continue
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement:
+            missing.append(text)
+            continue
+        if requirement.marker and not requirement.marker.evaluate():
+            continue
+        try:
+            installed = importlib.metadata.version(requirement.name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(text)
+            continue
+        if requirement.url or not requirement.specifier.contains(installed, prereleases=True):
+            missing.append(text)
+    return missing
+
+
+def _time_limit(request: dict[str, Any]) -> int | None:
+    """Scheduler.MaxRunningTimeInSeconds (or ...InMinutes) in seconds; None for no limit."""
+    scheduler = request.get("Scheduler") or {}
+    minutes = scheduler.get("MaxRunningTimeInMinutes")
+    return scheduler.get("MaxRunningTimeInSeconds") or (minutes * 60 if minutes else None)
+
+
+def _location_uri(location: Any) -> str:
+    """``CodeDir`` ({LocationType: oss, LocationValue: {Bucket, Key} or oss://...}) as a URI."""
+    if not isinstance(location, dict) or str(location.get("LocationType", "")).lower() != "oss":
+        raise _invalid("CodeDir", f"{location!r}: only LocationType oss is supported")
+    value = location.get("LocationValue")
+    if isinstance(value, str) and value.startswith("oss://"):
+        return value
+    if isinstance(value, dict) and value.get("Bucket") and value.get("Key") is not None:
+        return f"oss://{value['Bucket']}/{value['Key']}"
+    raise _invalid("CodeDir.LocationValue", f"{value!r} names no OSS bucket and key")
+
+
+def _missing(what: str, uri: str, store: ObjectStore) -> tuple[str, str]:
+    bucket, _ = split_uri(uri)
+    if not store.bucket_exists(bucket):
+        return "NoSuchBucket", f"{what}: bucket {bucket} of {uri} does not exist."
+    return "NoSuchKey", f"{what}: {uri} does not exist."
+
+
+def _json_object(body: bytes) -> dict[str, Any]:
+    try:
+        request = json.loads(body or b"{}")
+    except json.JSONDecodeError as exc:
+        raise ApiError(
+            400, "InvalidParameter", f"The request body is not valid JSON: {exc}"
+        ) from None
+    if not isinstance(request, dict):
+        raise ApiError(400, "InvalidParameter", "The request body must be a JSON object.")
+    return request
+
+
+def _invalid(name: str, why: str) -> ApiError:
+    return ApiError(400, "InvalidParameter", f"The value of parameter {name} is invalid: {why}.")
+
+
+def _all_str(values: Iterable[Any]) -> bool:
+    return all(isinstance(v, str) for v in values)
+
+
+def _list_of_dicts(request: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    value = request.get(name) or []
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise _invalid(name, "a list of objects is required")
+    return value
+
+
+def _pairs(request: dict[str, Any], name: str, key: str, value: str) -> None:
+    for item in _list_of_dicts(request, name):
+        if (
+            not isinstance(item.get(key), str)
+            or not item[key]
+            or not isinstance(item.get(value), str)
+        ):
+            raise _invalid(name, f"{item!r} needs a string {key} and a string {value}")
+
+
+def _json_labels(text: str | None) -> dict[str, Any]:
+    """ListTrainingJobs ``Labels``: the client sends the dict as a JSON object string."""
+    try:
+        labels = json.loads(text) if text else {}
+    except json.JSONDecodeError:
+        labels = None
+    if not isinstance(labels, dict):
+        raise _invalid("Labels", f"{text!r} is not a JSON object of label keys to values")
+    return labels
+
+
+def _has_labels(job: _Job, wanted: dict[str, Any]) -> bool:
+    labels = {label["Key"]: label["Value"] for label in job.request.get("Labels") or []}
+    return all(labels.get(key) == str(value) for key, value in wanted.items())
+
+
+def _page(items: list[Any], query: dict[str, str]) -> list[Any]:
+    number = _positive(query, "PageNumber", 1)
+    size = _positive(query, "PageSize", PAGE_SIZE)
+    return items[(number - 1) * size : number * size]
+
+
+def _positive(query: dict[str, str], name: str, default: int) -> int:
+    try:
+        value = int(query.get(name) or default)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise _invalid(name, f"{query[name]!r} is not a positive integer")
+    return value
+
+
+def _descending(query: dict[str, str], default: str) -> bool:
+    order = (query.get("Order") or default).upper()
+    if order not in ("ASC", "DESC"):
+        raise _invalid("Order", f"{order} is neither ASC nor DESC")
+    return order == "DESC"
+
+
+def _parse_time(query: dict[str, str], name: str) -> float | None:
+    """ISO 8601 UTC (``2024-01-01T00:00Z``, ``...:00Z``, with offset or fraction) -> epoch."""
+    text = query.get(name)
+    if not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise _invalid(name, f"{text!r} is not an ISO 8601 time") from None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+def _iso(moment: float) -> str:
+    """The service's time format: ISO 8601 UTC to the second, ``2024-01-01T00:00:00Z``."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(moment))
+
+
+def _metric(metric: tuple[str, float, float]) -> dict[str, Any]:
+    return {"Name": metric[0], "Value": metric[1], "Timestamp": _iso(metric[2])}
+
+
+def _latest_metrics(job: _Job) -> list[dict[str, Any]]:
+    latest: dict[str, tuple[str, float, float]] = {}
+    for metric in job.metrics:
+        latest[metric[0]] = metric
+    return [_metric(m) for m in latest.values()]
+
+
+def _is_float(text: str | None) -> bool:
+    try:
+        float(text or "")
+    except ValueError:
+        return False
+    return True
+
+
+def _env_name(prefix: str, name: str) -> str:
+    return prefix + re.sub(r"[^A-Za-z0-9_]", "_", name).upper()
+
+
+def _random_id(length: int) -> str:
+    alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+    return "".join(secrets.choice(alphabet) for _ in range(length))
+
+
+__all__ = ["DEFAULT_INSTANCE_TYPES", "OFFICIAL_IMAGES", "ApiError", "PaiServer"]

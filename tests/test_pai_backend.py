@@ -1,0 +1,262 @@
+"""backend=pai end to end: the real PaiStudio client and oss2 against the local PAI + OSS emulator.
+
+The emulator (tests/emulator) speaks both wire protocols over real HTTP, checks every
+request's signature, runs each job locally under the PAI contract, and logs every request.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import REPO, assert_nothing_started, clean_env, run_paiexp
+from emulator import Emulator
+from emulator.store import split_uri
+from sweep_helpers import load_study, sweep_runs, synthetic_project
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def cloud(tmp_path: Path) -> Iterator[Emulator]:
+    with Emulator(tmp_path / "cloud") as emulator:
+        yield emulator
+
+
+def pai_env(cloud: Emulator, secret: str | None = None) -> dict[str, str]:
+    return clean_env(
+        ALIBABA_CLOUD_ACCESS_KEY_ID=cloud.credentials.access_key_id,
+        ALIBABA_CLOUD_ACCESS_KEY_SECRET=secret or cloud.credentials.access_key_secret,
+    )
+
+
+def pai_overrides(cloud: Emulator, poll: float = 0.3) -> list[str]:
+    return [
+        "backend=pai",
+        f"backend.endpoint={cloud.pai_endpoint}",
+        "backend.protocol=http",
+        f"backend.workspace_id={cloud.workspace_id}",
+        f"backend.oss.bucket={cloud.bucket}",
+        f"backend.oss.endpoint={cloud.oss_endpoint}",
+        f"backend.poll_interval={poll}",
+        "backend.log_interval=0.5",
+        "backend.retry.base_delay=0.05",
+        "backend.retry.max_delay=0.5",
+        f"backend.image={cloud.default_image}",
+        "job.instance_type=ecs.c6.large",
+    ]
+
+
+def project_with_pai(root: Path) -> Path:
+    for name in ("conf", "examples", "sweeps"):
+        shutil.copytree(REPO / name, root / name)
+    return root
+
+
+def created_jobs(cloud: Emulator) -> Counter[str]:
+    """How many PAI jobs the emulator holds per TrainingJobName."""
+    return Counter(job["TrainingJobName"] for job in cloud.jobs())
+
+
+def test_xgb_sweep_on_pai(cloud: Emulator, tmp_path: Path) -> None:
+    root = project_with_pai(tmp_path / "project")
+    started = time.monotonic()
+    result = run_paiexp(
+        root,
+        "+sweep=xgb",
+        "sweep.n_trials=6",
+        "sweep.parallelism=3",
+        *pai_overrides(cloud),
+        env=pai_env(cloud),
+        timeout=600,
+    )
+    elapsed = time.monotonic() - started
+    assert result.returncode == 0, result.stderr[-3000:]
+    study = load_study(root, "xgb")
+    assert [t.state.name for t in study.trials].count("COMPLETE") + [
+        t.state.name for t in study.trials
+    ].count("PRUNED") == 6
+    parents, children = sweep_runs(root)
+    assert len(parents) == 1 and len(children) == 6
+    for child in children:
+        tags = child.data.tags
+        if tags["paiexp.trial_state"] == "PRUNED":
+            continue
+        model_uri = tags["paiexp.model_uri"]
+        assert model_uri.startswith(f"oss://{cloud.bucket}/paiexp/training_job/")
+        assert child.data.params["paiexp.model_uri"] == model_uri
+        assert tags["paiexp.console_url"].startswith("https://pai.console.aliyun.com/")
+        bucket, prefix = split_uri(model_uri)
+        assert f"{prefix}model.json" in list(cloud.store.keys(bucket, prefix))
+        assert child.data.metrics["test-auc"] > 0.9
+    assert created_jobs(cloud) == Counter(
+        {t.user_attrs["paiexp:job_name"]: 1 for t in study.trials}
+    )
+
+    log = cloud.log
+    code_uploads = [
+        r for r in log.records("oss") if r.method in ("PUT", "POST") and "training_src" in r.path
+    ]
+    assert len(code_uploads) == 1, code_uploads  # one archive for all six trials
+    statuses = [r for r in log.records("pai", "ListTrainingJobs") if "Labels" in r.query]
+    gets = log.records("pai", "GetTrainingJob")
+    # status: one labelled listing per tick for all jobs, never one call per job
+    assert len(gets) <= 6 + 1, [g.path for g in gets]
+    ticks_bound = elapsed / 0.3 + 2 * 6 + 5
+    assert len(statuses) <= ticks_bound, (len(statuses), ticks_bound)
+
+    # paiexp download RUN_ID DEST fetches the model from OSS
+    finished = next(c for c in children if c.data.tags["paiexp.trial_state"] == "COMPLETE")
+    dest = tmp_path / "downloaded"
+    fetched = run_paiexp(root, "download", finished.info.run_id, str(dest), env=pai_env(cloud))
+    assert fetched.returncode == 0, fetched.stderr
+    assert (dest / "model.json").stat().st_size > 1000
+
+
+def test_pruned_trials_are_stopped_on_pai(cloud: Emulator, tmp_path: Path) -> None:
+    root = synthetic_project(
+        tmp_path,
+        {
+            "params": {"x": "interval(-3, 3)", "duration": 3.0, "steps": 30},
+            "n_trials": 3,
+            "parallelism": 1,
+            "sampler": {"name": "random", "seed": 0},
+            "pruner": {
+                "name": "median",
+                "metric": "loss",
+                "direction": "minimize",
+                "options": {"n_startup_trials": 2, "n_warmup_steps": 1},
+            },
+            "enqueue": [{"x": 0.0}, {"x": 0.1}, {"x": 2.9}],
+        },
+    )
+    result = run_paiexp(root, "+sweep=syn", *pai_overrides(cloud), env=pai_env(cloud))
+    assert result.returncode == 0, result.stderr[-3000:]
+    study = load_study(root)
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE", "PRUNED"]
+    pruned_id = study.trials[2].user_attrs["paiexp:job_id"]
+    stops = cloud.log.records("pai", "StopTrainingJob")
+    assert [r.path for r in stops] == [f"/api/v1/trainingjobs/{pruned_id}/stop"]
+    job = cloud.job(pruned_id)
+    assert job["Status"] == "Terminated"
+    assert job["Duration"] < 3  # stopped well before its 3 s of work
+    assert [t["Status"] for t in job["StatusTransitions"]][-1] == "Terminated"
+    _, children = sweep_runs(root)
+    by_trial = {c.data.tags["paiexp.trial_number"]: c for c in children}
+    assert by_trial["2"].info.status == "KILLED"
+
+
+def test_a_sweep_rides_out_injected_faults(cloud: Emulator, tmp_path: Path) -> None:
+    root = synthetic_project(
+        tmp_path,
+        {"params": {"x": "interval(-1, 1)", "duration": 0.5}, "n_trials": 6, "parallelism": 2},
+    )
+    cloud.faults.rate = 0.2
+    result = run_paiexp(root, "+sweep=syn", *pai_overrides(cloud), env=pai_env(cloud))
+    cloud.faults.rate = 0.0
+    assert result.returncode == 0, result.stderr[-3000:]
+    faults = Counter(r.fault for r in cloud.log.records() if r.fault)
+    requests = len(cloud.log.records())
+    assert sum(faults.values()) >= 0.1 * requests and len(faults) >= 2, (faults, requests)
+    study = load_study(root)
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 6
+    parents, children = sweep_runs(root)
+    assert len(parents) == 1 and len(children) == 6
+    assert all(c.info.status == "FINISHED" for c in children)
+    names = {t.user_attrs["paiexp:job_name"] for t in study.trials}
+    assert created_jobs(cloud) == Counter(dict.fromkeys(names, 1))  # no job created twice
+
+
+def test_wrong_credentials_are_one_clear_error_and_never_shown(
+    cloud: Emulator, tmp_path: Path
+) -> None:
+    root = project_with_pai(tmp_path / "project")
+    wrong = "wrong-secret-value-0123456789"
+    result = run_paiexp(root, "+sweep=xgb", *pai_overrides(cloud), env=pai_env(cloud, secret=wrong))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("paiexp: error: PAI refused AccessKey ..."), (
+        lines
+    )
+    assert "SignatureDoesNotMatch" in lines[0]
+    assert "Traceback" not in result.stderr
+    for secret in (wrong, cloud.credentials.access_key_secret):
+        assert secret not in result.stdout + result.stderr
+        for path in [*root.rglob("*"), *cloud.root.rglob("*")]:
+            if path.is_file():
+                assert secret.encode() not in path.read_bytes(), path
+    assert_nothing_started(root)
+    assert not cloud.jobs()
+
+
+def test_a_killed_launcher_reattaches_to_running_pai_jobs(cloud: Emulator, tmp_path: Path) -> None:
+    root = synthetic_project(
+        tmp_path,
+        {"params": {"x": "interval(-1, 1)", "duration": 3.0}, "n_trials": 5, "parallelism": 3},
+    )
+    args = [sys.executable, "-m", "paiexp", "+sweep=syn", *pai_overrides(cloud)]
+    launcher = subprocess.Popen(
+        args, cwd=root, env=pai_env(cloud), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 60
+    while sum(j["Status"] == "Running" for j in cloud.jobs()) < 2:
+        assert time.monotonic() < deadline and launcher.poll() is None
+        time.sleep(0.1)
+    os.kill(launcher.pid, signal.SIGKILL)
+    launcher.wait()
+    running = {j["TrainingJobId"] for j in cloud.jobs() if j["Status"] == "Running"}
+    assert running
+
+    result = run_paiexp(root, "+sweep=syn", *pai_overrides(cloud), env=pai_env(cloud))
+    assert result.returncode == 0, result.stderr[-3000:]
+    study = load_study(root)
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 5
+    ids = {t.user_attrs["paiexp:job_id"] for t in study.trials}
+    assert running <= ids  # the jobs that ran through the crash were adopted, not redone
+    names = [t.user_attrs["paiexp:job_name"] for t in study.trials]
+    assert created_jobs(cloud) == Counter(dict.fromkeys(names, 1))
+    _, children = sweep_runs(root)
+    assert sorted(c.data.tags["paiexp.trial_number"] for c in children) == [
+        str(i) for i in range(5)
+    ]
+    assert all(c.info.status == "FINISHED" for c in children)
+
+
+def test_a_single_run_on_pai_is_labelled_with_its_mlflow_run(
+    cloud: Emulator, tmp_path: Path
+) -> None:
+    root = project_with_pai(tmp_path / "project")
+    result = run_paiexp(
+        root, *pai_overrides(cloud), "job.hyperparameters.n_estimators=20", env=pai_env(cloud)
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (job,) = cloud.jobs()
+    labels = {label["Key"]: label["Value"] for label in job["Labels"]}
+    from conftest import all_runs
+
+    (run,) = all_runs(root)
+    assert labels["paiexp-run"] == run.info.run_id
+    assert run.data.tags["paiexp.job_id"] == job["TrainingJobId"]
+    assert run.data.metrics["test-auc"] > 0.9
+    assert "paiexp.metric_mismatch" not in run.data.tags  # log and service agree
+
+
+def test_images_lists_official_training_images(cloud: Emulator, tmp_path: Path) -> None:
+    root = project_with_pai(tmp_path / "project")
+    result = run_paiexp(
+        root, "images", "--framework", "xgboost", *pai_overrides(cloud)[:5], env=pai_env(cloud)
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert lines and all("xgboost" in line.lower() for line in lines), lines
+    listing = cloud.log.records("pai", "ListImages")
+    assert listing and "system.official=true" in json.dumps(listing[0].query)
