@@ -21,7 +21,7 @@ from paiexp.retry import RetryPolicy, call_with_retries
 from paiexp.source import iter_source_files, source_digest
 
 MULTIPART_THRESHOLD = 16 * 1024 * 1024
-PART_SIZE = 8 * 1024 * 1024
+PART_SIZE_MIN = 100 * 1024  # OSS's smallest part but the last
 DIGEST_LENGTH = 20
 COMPLETE_MARKER = ".paiexp-complete"
 
@@ -84,6 +84,7 @@ class OssTransfer:
         cache_dir: Path,
         policy: RetryPolicy,
         timeout: float = 30.0,
+        multipart_threshold: int = MULTIPART_THRESHOLD,
     ) -> None:
         import oss2
 
@@ -94,7 +95,7 @@ class OssTransfer:
         self.cache_dir = cache_dir
         self.policy = policy
         self.timeout = timeout
-        self.bytes_uploaded = 0
+        self.multipart_threshold = multipart_threshold
         self._buckets: dict[str, Any] = {}
 
     def bucket(self, name: str) -> Any:
@@ -123,11 +124,9 @@ class OssTransfer:
 
     def put_bytes(self, uri: OssUri, data: bytes) -> None:
         self._retry(f"upload {uri}", lambda: self.bucket(uri.bucket).put_object(uri.key, data))
-        self.bytes_uploaded += len(data)
 
     def put_file(self, uri: OssUri, path: Path) -> None:
-        size = path.stat().st_size
-        if size < MULTIPART_THRESHOLD:
+        if path.stat().st_size < self.multipart_threshold:
             self.put_bytes(uri, path.read_bytes())
             return
         store = self._oss2.ResumableStore(root=str(self.cache_dir), dir="oss-checkpoints")
@@ -138,20 +137,19 @@ class OssTransfer:
                 uri.key,
                 str(path),
                 store=store,
-                multipart_threshold=MULTIPART_THRESHOLD,
-                part_size=PART_SIZE,
+                multipart_threshold=self.multipart_threshold,
+                part_size=max(PART_SIZE_MIN, self.multipart_threshold // 2),
                 num_threads=2,
             )
 
         self._retry(f"upload {uri}", upload)  # a retry uploads only the missing parts
-        self.bytes_uploaded += size
 
     def upload_code(self, source_dir: Path, base: OssUri) -> OssUri:
         """The code archive under ``base/training_src/<digest>/``; uploaded only if absent."""
         uri = base.join("training_src", source_digest(source_dir)[:DIGEST_LENGTH], "source.tar.gz")
         if not self.exists(uri):
             archive = pack_source(source_dir)
-            if len(archive) < MULTIPART_THRESHOLD:
+            if len(archive) < self.multipart_threshold:
                 self.put_bytes(uri, archive)
             else:
                 local = self.cache_dir / f"source-{uri.key.replace('/', '_')}"
@@ -210,7 +208,7 @@ class OssTransfer:
             self._retry(
                 f"download oss://{uri.bucket}/{key}",
                 lambda key=key, target=target: self._oss2.resumable_download(
-                    bucket, key, str(target), multiget_threshold=MULTIPART_THRESHOLD
+                    bucket, key, str(target), multiget_threshold=self.multipart_threshold
                 ),
             )
             written.append(target)

@@ -260,3 +260,29 @@ def test_images_lists_official_training_images(cloud: Emulator, tmp_path: Path) 
     assert lines and all("xgboost" in line.lower() for line in lines), lines
     listing = cloud.log.records("pai", "ListImages")
     assert listing and "system.official=true" in json.dumps(listing[0].query)
+
+
+def test_a_job_pai_cannot_start_fails_with_its_reason(cloud: Emulator, tmp_path: Path) -> None:
+    root = project_with_pai(tmp_path / "project")
+    overrides = [*pai_overrides(cloud), "backend.image=registry.example.com/no/such:image"]
+    result = run_paiexp(root, *overrides, env=pai_env(cloud))
+    assert result.returncode == 1
+    from conftest import all_runs
+
+    (run,) = all_runs(root)
+    assert run.info.status == "FAILED"
+    reason = run.data.tags["paiexp.failure_reason"]
+    assert reason.startswith("PAI Failed (ImagePullBackOff: "), reason
+    assert "registry.example.com/no/such:image" in reason
+
+
+def test_a_rejected_instance_type_ends_the_sweep_at_once(cloud: Emulator, tmp_path: Path) -> None:
+    root = project_with_pai(tmp_path / "project")
+    overrides = [*pai_overrides(cloud), "job.instance_type=ecs.no-such-type"]
+    result = run_paiexp(root, "+sweep=xgb", "sweep.n_trials=4", *overrides, env=pai_env(cloud))
+    assert result.returncode == 1
+    assert "submission rejected: PAI CreateTrainingJob rejected: InvalidParameter" in result.stderr
+    assert "ecs.no-such-type" in result.stderr
+    study = load_study(root, "xgb")
+    assert [t.state.name for t in study.trials] == ["FAIL"]  # no second trial tried
+    assert not cloud.jobs()
