@@ -6,6 +6,7 @@ characters ever appear in a message.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -32,6 +33,8 @@ def credential_client() -> Any:
             security_token=token,
         )
         return Client(config)
+    # The chain logs every provider that finds nothing, with tracebacks: our one line says it.
+    logging.getLogger("credentials").setLevel(logging.CRITICAL)
     try:
         client = Client()
         client.get_credential()

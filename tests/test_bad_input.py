@@ -101,6 +101,28 @@ CASES = {
         mentions=("backend.install_requirements", "sometimes", "auto", "always", "never"),
     ),
     "poll-interval-zero": case("backend.poll_interval=0", mentions=("backend.poll_interval",)),
+    "pai-without-workspace": case(
+        "backend=pai", mentions=("backend.workspace_id", "required", "backend=pai")
+    ),
+    "pai-without-bucket": case(
+        "backend=pai",
+        "backend.workspace_id=123",
+        mentions=("backend.oss.bucket", "required"),
+    ),
+    "pai-bad-job-type": case(
+        "backend=pai",
+        "backend.workspace_id=123",
+        "backend.oss.bucket=b",
+        "backend.job_type=SparkJob",
+        mentions=("backend.job_type", "SparkJob", "PyTorchJob", "XGBoostJob"),
+    ),
+    "pai-bad-spot-strategy": case(
+        "backend=pai",
+        "backend.workspace_id=123",
+        "backend.oss.bucket=b",
+        "backend.spot.strategy=Cheap",
+        mentions=("backend.spot.strategy", "Cheap", "SpotAsPriceGo"),
+    ),
     "instance-count-zero": case("job.instance_count=0", mentions=("job.instance_count", ">= 1")),
     "max-run-time-zero": case("job.max_run_time=0", mentions=("job.max_run_time",)),
     "unresolvable-interpolation": case(
@@ -155,6 +177,8 @@ def test_cfg_job_prints_composed_job(tmp_path: Path) -> None:
 
 def test_cfg_and_bad_input_do_not_import_heavy_modules(tmp_path: Path) -> None:
     cwd = make_project(tmp_path)
-    done = run_without_heavy_imports(cwd, [(["--cfg", "job"], 0), (["job.foo=1"], 2)])
+    done = run_without_heavy_imports(
+        cwd, [(["--cfg", "job"], 0), (["job.foo=1"], 2), (["backend=pai"], 2)]
+    )
     assert done.returncode == 0, done.stderr
     assert "xgb-breast-cancer" in done.stdout

@@ -286,3 +286,17 @@ def test_a_rejected_instance_type_ends_the_sweep_at_once(cloud: Emulator, tmp_pa
     study = load_study(root, "xgb")
     assert [t.state.name for t in study.trials] == ["FAIL"]  # no second trial tried
     assert not cloud.jobs()
+
+
+def test_missing_credentials_are_one_clear_error(cloud: Emulator, tmp_path: Path) -> None:
+    root = project_with_pai(tmp_path / "project")
+    env = {k: v for k, v in clean_env().items() if not k.startswith("ALIBABA_CLOUD_")}
+    env["HOME"] = str(tmp_path)  # no CLI profile either
+    result = run_paiexp(root, *pai_overrides(cloud), env=env)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "paiexp: error: no Alibaba Cloud credentials: set ALIBABA_CLOUD_ACCESS_KEY_ID and "
+        "ALIBABA_CLOUD_ACCESS_KEY_SECRET (and ALIBABA_CLOUD_SECURITY_TOKEN for STS), or "
+        "configure the Alibaba Cloud CLI profile"
+    ]
+    assert_nothing_started(root)
