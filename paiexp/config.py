@@ -49,6 +49,33 @@ class LocalBackendConfig:
 
 
 @dataclass
+class OssAccessConfig:
+    """Where a local backend reads ``oss://`` inputs from (credentials: env/chain only)."""
+
+    endpoint: str | None = None  # null: oss-<region>.aliyuncs.com
+    region: str = "cn-hangzhou"
+
+
+@dataclass
+class DockerBackendConfig:
+    """Local containers laid out like PAI training jobs: the real ``/ml`` paths, limits."""
+
+    name: str = "docker"
+    image: str | None = None  # overrides job.image (a local stand-in for the PAI image)
+    root: str = ".paiexp/docker"
+    poll_interval: float = 0.5
+    stop_grace_period: float = 10.0
+    keep_containers: bool = False
+    # Override job.instance_type's limits: cpus (e.g. 1.5), memory (512m, 4g), gpus (0: none).
+    cpus: float | None = None
+    memory: str | None = None
+    gpus: int | None = None
+    install_requirements: str = "auto"
+    network: str | None = None  # a Docker network (none, host, ...); null: the default bridge
+    oss: OssAccessConfig = field(default_factory=OssAccessConfig)  # for oss:// inputs
+
+
+@dataclass
 class TrackerConfig:
     """MLflow tracking; ``uri`` null means MLflow's own default (``sqlite:///mlflow.db``)."""
 
@@ -173,6 +200,7 @@ class Config:
 BACKEND_SCHEMAS: dict[str, type] = {
     "local": LocalBackendConfig,
     "pai": PaiBackendConfig,
+    "docker": DockerBackendConfig,
 }
 
 

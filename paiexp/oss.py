@@ -122,6 +122,17 @@ class OssTransfer:
         bucket = self.bucket(uri.bucket)
         return bool(self._retry(f"head {uri}", lambda: bucket.object_exists(uri.key)))
 
+    def exists_any(self, uri: OssUri) -> bool:
+        """Whether ``uri`` names an object, or a prefix with objects under it."""
+        if uri.key and not uri.key.endswith("/") and self.exists(uri):
+            return True
+        prefix = uri.as_dir()
+        bucket = self.bucket(prefix.bucket)
+        listing = self._retry(
+            f"list {prefix}", lambda: bucket.list_objects_v2(prefix=prefix.key, max_keys=1)
+        )
+        return bool(listing.object_list)
+
     def put_bytes(self, uri: OssUri, data: bytes) -> None:
         self._retry(f"upload {uri}", lambda: self.bucket(uri.bucket).put_object(uri.key, data))
 
@@ -187,6 +198,40 @@ class OssTransfer:
             f"list {prefix}",
             lambda: [o.key for o in self._oss2.ObjectIteratorV2(bucket, prefix=prefix.key)],
         )
+
+    def sync_down(self, uri: OssUri, cache: Path) -> Path:
+        """A local copy of an object or a prefix, at ``cache/<bucket>/<key>``.
+
+        Only objects whose ETag changed since they were last fetched are downloaded again;
+        the ETags are kept beside the copies (never inside a copied directory).
+        """
+        if uri.key and not uri.key.endswith("/") and self.exists(uri):
+            bucket = self.bucket(uri.bucket)
+            head = self._retry(f"head {uri}", lambda: bucket.head_object(uri.key))
+            objects = {uri.key: str(head.etag)}
+            local = cache / uri.bucket / uri.key
+        else:
+            objects = self.etags(uri.as_dir())
+            if not objects:
+                raise UserError(f"no object or prefix {uri} on OSS")
+            local = cache / uri.bucket / uri.as_dir().key
+        for key, etag in objects.items():
+            target = cache / uri.bucket / key
+            seen = cache / ".etags" / uri.bucket / hashlib.sha256(key.encode()).hexdigest()
+            if not target.exists() or not seen.exists() or seen.read_text() != etag:
+                self.download(OssUri(uri.bucket, key), target.parent)
+                seen.parent.mkdir(parents=True, exist_ok=True)
+                seen.write_text(etag)
+        return local
+
+    def etags(self, prefix: OssUri) -> dict[str, str]:
+        """Object key -> ETag under a prefix (directory markers left out)."""
+        bucket = self.bucket(prefix.bucket)
+        listing = self._retry(
+            f"list {prefix}",
+            lambda: list(self._oss2.ObjectIteratorV2(bucket, prefix=prefix.key)),
+        )
+        return {o.key: str(o.etag) for o in listing if not o.key.endswith("/")}
 
     def get_bytes(self, uri: OssUri) -> bytes:
         return self._retry(

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
+from pathlib import Path, PurePath
+from typing import Any
 
 import yaml
 from conftest import REPO, run_paiexp
@@ -23,6 +24,25 @@ AS_STRINGS = {
     "note": 'it\'s a "quoted" value with spaces',
     "flag": "true",
 }
+ML_TREE = [
+    "input/",
+    "input/config/",
+    "input/config/hyperparameters.json",
+    "input/data/",
+    "input/data/shards/",
+    "input/data/shards/part-0.csv",
+    "input/data/shards/part-1.csv",
+    "input/data/train/",
+    "input/data/train/single.csv",
+    "output/",
+    "output/checkpoints/",
+    "output/extra/",
+    "output/model/",
+    "output/output_parameters/",
+    "output/tensorboard/",
+    "usercode/",
+    "usercode/probe.py",
+]
 
 
 def write_probe_project(project: Path) -> None:
@@ -51,7 +71,12 @@ def test_probe_sees_the_pai_contract(project: Path) -> None:
     (job_dir,) = (project / ".paiexp" / "jobs").iterdir()
     ml = job_dir / "ml"
     seen = json.loads((ml / "output" / "model" / "seen.json").read_text())
+    assert_contract_seen(seen, ml)
 
+
+def assert_contract_seen(seen: dict[str, Any], ml: PurePath) -> None:
+    """What the probe saw is the PAI contract, with the /ml tree rooted at ``ml``."""
+    assert seen["ml_tree"] == ML_TREE
     assert seen["file"] == AS_STRINGS
     assert seen["pai_hps"] == AS_STRINGS
     assert seen["hps_env"] == {

@@ -36,4 +36,8 @@ def create_backend(config: Any, base_dir: Path) -> Backend:
         from paiexp.backends.pai import PaiBackend
 
         return PaiBackend(config, base_dir)
-    raise UserError(f"backend.name: unknown backend {config.name!r}; available: local, pai")
+    if config.name == "docker":
+        from paiexp.backends.docker import DockerBackend
+
+        return DockerBackend(config, base_dir)
+    raise UserError(f"backend.name: unknown backend {config.name!r}; available: local, pai, docker")

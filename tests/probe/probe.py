@@ -2,7 +2,8 @@
 
 It reads its inputs exactly the documented PAI ways and writes what it saw to
 $PAI_OUTPUT_MODEL/seen.json: the hyperparameters file under $PAI_CONFIG_DIR, PAI_HPS,
-every PAI_HPS_<NAME>, argparse over $PAI_USER_ARGS, PAI_INPUT_<CHANNEL> and the /ml layout.
+every PAI_HPS_<NAME>, argparse over $PAI_USER_ARGS, PAI_INPUT_<CHANNEL> and the /ml layout
+(every file and directory under the root of PAI_WORKING_DIR).
 """
 
 import argparse
@@ -29,7 +30,17 @@ for key, value in os.environ.items():
             with open(value) as stream:
                 inputs[key] = {"kind": "file", "content": stream.read()}
 
+# Every directory (with a trailing /) and file of the /ml tree, relative to its root.
+ml_root = os.path.dirname(os.environ["PAI_WORKING_DIR"])
+ml_tree = []
+for directory, _, files in os.walk(ml_root, followlinks=True):
+    relative = os.path.relpath(directory, ml_root)
+    if relative != ".":
+        ml_tree.append(relative + "/")
+    ml_tree += [os.path.join(relative, name).removeprefix("./") for name in files]
+
 seen = {
+    "ml_tree": sorted(ml_tree),
     "file": from_file,
     "pai_hps": json.loads(os.environ["PAI_HPS"]),
     "hps_env": {k: v for k, v in os.environ.items() if k.startswith("PAI_HPS_")},

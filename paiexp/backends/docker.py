@@ -1,0 +1,700 @@
+"""Docker backend: each job in a local container laid out exactly like a PAI training job.
+
+The container sees the real ``/ml`` paths of the PAI contract, bind-mounted from the job's
+directory: ``/ml/usercode`` (a copy of the source dir, the working directory),
+``/ml/input/config``, ``/ml/input/data/<channel>`` (local inputs, read-only) and
+``/ml/output/<channel>``. Its CPU and memory limits (and GPU request) come from
+``job.instance_type``. The container runs detached, so it survives the launcher; its entry
+script installs the requirements, runs the command with ``sh -c``, enforces
+``max_run_time`` and writes the log to the job's directory, where it outlives the container.
+Once a container has ended, the first ``poll`` that sees it records its outcome in
+``state.json``, copies outputs to local destinations and removes it. Layout::
+
+    <root>/<job name>/spec.json        the JobSpec (secrets redacted)
+                      resources.json   the container's limits, and where they come from
+                      container        the container's id: it was created (never twice)
+                      stop             a stop was asked
+                      state.json       the job's outcome, once collected
+                      ml/usercode, ml/input/config, ml/output/<channel>
+                      paiexp/entry.sh  the container's entry point (mounted at /paiexp)
+                      paiexp/job.log   the job's output
+                      paiexp/failure   why the entry script gave up, if it did
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import json
+import logging
+import math
+import os
+import shlex
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from paiexp import contract
+from paiexp.backends.base import JobHandle, JobState, JobStatus, LogChunk
+from paiexp.backends.instance_types import Resources, format_size, resolve
+from paiexp.backends.local import INSTALL_MODES, THREAD_VARIABLES, read_log_file
+from paiexp.backends.local_runner import read_json, write_json_atomic
+from paiexp.cache import cache_root
+from paiexp.errors import UserError
+from paiexp.metrics import read_output_parameters
+from paiexp.oss import OssTransfer, OssUri, endpoint_url
+from paiexp.retry import RetryPolicy
+from paiexp.source import copy_source
+from paiexp.spec import JobSpec
+
+log = logging.getLogger(__name__)
+
+JOB_LABEL = "paiexp.job"
+ROOT_LABEL = "paiexp.root"
+CONTAINER_FILE = "container"
+STARTUP_TIMEOUT = 60.0  # a job directory without a container after this long never started
+RUNNING_STATES = ("running", "paused", "restarting", "removing")
+PACKAGE_HINT = "backend=docker needs the docker package: pip install 'paiexp[docker]'"
+IMAGE_HINT = "build the test image with: bash tests/images/build.sh (it prints the tag)"
+
+# Run by the image's Python: exit 0 when every requirement given is installed already.
+SATISFIED = """\
+import sys
+from importlib.metadata import PackageNotFoundError, version
+try:
+    from packaging.requirements import Requirement
+except ImportError:
+    try:
+        from pip._vendor.packaging.requirements import Requirement
+    except ImportError:
+        sys.exit(1)
+
+
+def met(line):
+    try:
+        requirement = Requirement(line)
+    except Exception:
+        return False
+    if requirement.marker is not None and not requirement.marker.evaluate():
+        return True
+    try:
+        installed = version(requirement.name)
+    except PackageNotFoundError:
+        return False
+    return requirement.specifier.contains(installed, prereleases=True)
+
+
+sys.exit(0 if all(met(line) for line in sys.argv[1:]) else 1)
+"""
+
+
+class DockerBackend:
+    name = "docker"
+
+    def __init__(self, config: Any, base_dir: Path) -> None:
+        if config.install_requirements not in INSTALL_MODES:
+            raise UserError(
+                f"backend.install_requirements: invalid value {config.install_requirements!r}; "
+                f"expected one of {', '.join(INSTALL_MODES)}"
+            )
+        if config.poll_interval <= 0:
+            raise UserError(f"backend.poll_interval: must be > 0, got {config.poll_interval}")
+        if config.stop_grace_period < 0:
+            raise UserError(
+                f"backend.stop_grace_period: must be >= 0, got {config.stop_grace_period}"
+            )
+        resolve(None, config.cpus, config.memory, config.gpus)  # the overrides' own checks
+        self.root = (base_dir / config.root).resolve()
+        self.image = config.image
+        self.poll_interval = float(config.poll_interval)
+        self.stop_grace_period = float(config.stop_grace_period)
+        self.keep_containers = bool(config.keep_containers)
+        self.install_requirements = str(config.install_requirements)
+        self.cpus, self.memory, self.gpus = config.cpus, config.memory, config.gpus
+        self.network = config.network
+        self.oss_config = config.oss
+        self._oss: OssTransfer | None = None
+        self.concurrency = 1
+        self._root_key = hashlib.sha256(str(self.root).encode()).hexdigest()[:8]
+        self._client: Any = None
+        self._engine_cpus: int | None = None
+        self._changed = threading.Event()  # set by the events thread when a container dies
+        self._died: set[str] = set()  # containers it saw die (the list may lag behind)
+        self._watcher: threading.Thread | None = None
+
+    # -- the engine --------------------------------------------------------------------------
+
+    @property
+    def client(self) -> Any:
+        """The Docker client (``docker.DockerClient``), connected on first use."""
+        if self._client is None:
+            self._client = connect()
+        return self._client
+
+    @property
+    def engine_cpus(self) -> int:
+        if self._engine_cpus is None:
+            self._engine_cpus = int(self.client.info()["NCPU"])
+        return self._engine_cpus
+
+    def job_dir(self, name: str) -> Path:
+        return self.root / name
+
+    def container_name(self, name: str) -> str:
+        """Deterministic from the job name (and this backend's root: projects never clash)."""
+        return f"paiexp-{name}-{self._root_key}"
+
+    def _handle(self, name: str) -> JobHandle:
+        return JobHandle(name=name, id=self.container_name(name))
+
+    # -- validate ----------------------------------------------------------------------------
+
+    def validate(self, spec: JobSpec) -> None:
+        for channel, uri in spec.inputs.items():
+            if uri.startswith("oss://"):
+                self._check_oss_input(channel, uri)
+        for channel, out in spec.outputs.items():
+            if out is not None and out.startswith("oss://"):
+                raise UserError(
+                    f"job.outputs.{channel}: backend=docker writes local paths only, got {out!r}"
+                )
+        if spec.instance_count > 1:
+            log.warning(
+                "backend=docker runs one container; job.instance_count=%d is ignored",
+                spec.instance_count,
+            )
+        resources = self._resources(spec)
+        image = self._image(spec)
+        if resources.cpus is not None and resources.cpus > self.engine_cpus:
+            log.warning(
+                "backend=docker: %s asks for %g CPUs, the Docker engine has %d: "
+                "the container is limited to %d",
+                resources.source,
+                resources.cpus,
+                self.engine_cpus,
+                self.engine_cpus,
+            )
+        self._ensure_image(image)
+        if resources.gpus:
+            self._check_gpus(image, resources)
+
+    def _check_oss_input(self, channel: str, uri: str) -> None:
+        from oss2.exceptions import OssError
+
+        try:
+            found = self.oss.exists_any(OssUri.parse(uri))
+        except OssError as exc:
+            raise UserError(
+                f"job.inputs.{channel}: cannot read {uri} at {self.oss.endpoint} "
+                f"({exc.code or exc.status}); check backend.oss and the credentials"
+            ) from None
+        if not found:
+            raise UserError(f"job.inputs.{channel}: no object or prefix {uri} on OSS")
+
+    def _resources(self, spec: JobSpec) -> Resources:
+        return resolve(spec.instance_type, self.cpus, self.memory, self.gpus)
+
+    def _image(self, spec: JobSpec) -> str:
+        image = self.image or spec.image
+        if not image:
+            raise UserError(
+                "job.image: backend=docker needs an image; set job.image, or backend.image "
+                f"to run a local stand-in for it ({IMAGE_HINT})"
+            )
+        return image
+
+    def _ensure_image(self, image: str) -> None:
+        """The image is in the engine, or pulled now; else a one-line error naming it."""
+        from docker.errors import DockerException, ImageNotFound
+
+        key = "backend.image" if self.image else "job.image"
+        try:
+            self.client.api.inspect_image(image)
+            return
+        except ImageNotFound:
+            pass
+        log.warning("backend=docker: pulling image %s", image)
+        try:
+            self.client.images.pull(image)
+        except (DockerException, OSError) as exc:
+            raise UserError(
+                f"{key}: image {image!r} is not in the local Docker engine and pulling it "
+                f"failed ({_explain(exc)}); {IMAGE_HINT}"
+            ) from None
+
+    def _check_gpus(self, image: str, resources: Resources) -> None:
+        """Start a throwaway container with the GPU request: the engine must be able to."""
+        from docker.errors import APIError
+        from docker.types import DeviceRequest
+
+        api = self.client.api
+        request = DeviceRequest(count=resources.gpus, capabilities=[["gpu"]])
+        probe = api.create_container(
+            image,
+            entrypoint=["/bin/sh", "-c", ":"],
+            labels={ROOT_LABEL: str(self.root)},
+            host_config=api.create_host_config(device_requests=[request]),
+        )
+        try:
+            api.start(probe)
+        except APIError as exc:
+            raise UserError(
+                f"backend.gpus: {resources.source} asks for {resources.gpus} GPU(s) and the "
+                f"Docker engine cannot give any ({_explain(exc)}); set backend.gpus=0 to run "
+                "without"
+            ) from None
+        finally:
+            self._remove(probe["Id"])
+
+    def set_concurrency(self, jobs: int) -> None:
+        """Concurrent containers share this machine: each job's OpenMP/BLAS threads are its
+        instance type's vCPUs, at most an equal share of the engine's CPUs."""
+        self.concurrency = max(1, jobs)
+
+    # -- submit / find -----------------------------------------------------------------------
+
+    def submit(self, spec: JobSpec) -> JobHandle:
+        job_dir = self.job_dir(spec.name)
+        spec = self._with_local_inputs(spec)
+        if self.find(spec.name) is None:
+            try:
+                resources, image = self._resources(spec), self._image(spec)
+            except UserError as exc:  # a swept value (instance type, image) it cannot run
+                raise RuntimeError(str(exc)) from None
+            self.root.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=f".staging-{spec.name}-", dir=self.root))
+            try:
+                self._prepare(spec, staging, resources, image)
+                os.rename(staging, job_dir)
+            except OSError:
+                shutil.rmtree(staging, ignore_errors=True)
+                if self.find(spec.name) is None:
+                    raise  # not a lost race for the name: a real error
+        self._start_once(spec, job_dir)
+        return self._handle(spec.name)
+
+    @property
+    def oss(self) -> OssTransfer:
+        """OSS access for ``oss://`` inputs, built on first use."""
+        if self._oss is None:
+            from paiexp.credentials import credential_client
+
+            self._oss = OssTransfer(
+                endpoint_url(self.oss_config.endpoint, self.oss_config.region),
+                self.oss_config.region,
+                credential_client(),
+                cache_root() / "oss",
+                RetryPolicy(),
+            )
+        return self._oss
+
+    def _with_local_inputs(self, spec: JobSpec) -> JobSpec:
+        """``oss://`` inputs as local copies (downloaded again only when they changed)."""
+        remote = {c: u for c, u in spec.inputs.items() if u.startswith("oss://")}
+        if not remote:
+            return spec
+        cache = cache_root() / "oss-inputs"
+        local = {c: str(self.oss.sync_down(OssUri.parse(u), cache)) for c, u in remote.items()}
+        return dataclasses.replace(spec, inputs={**spec.inputs, **local})
+
+    def find(self, name: str) -> JobHandle | None:
+        if (self.job_dir(name) / "spec.json").is_file():
+            return self._handle(name)
+        return None
+
+    def _start_once(self, spec: JobSpec, job_dir: Path) -> None:
+        """Create the job's container unless it ever was, and start it unless it ran.
+
+        A launcher that died between creating and starting leaves a created container:
+        the next submit starts it. A container is never created twice: its name is taken
+        (a racing launcher gets a conflict) and ``container`` records that it was created.
+        """
+        from docker.errors import APIError, NotFound
+
+        api = self.client.api
+        name = self.container_name(spec.name)
+        try:
+            status = api.inspect_container(name)["State"]["Status"]
+        except NotFound:
+            if (job_dir / CONTAINER_FILE).exists() or (job_dir / "state.json").exists():
+                return  # created before, and collected (or lost) since
+            if (job_dir / "stop").exists():
+                self._record(job_dir, JobStatus(JobState.STOPPED, "stopped before it started"))
+                return
+            try:
+                created = api.create_container(**self._container_options(spec, job_dir))
+                (job_dir / CONTAINER_FILE).write_text(created["Id"])
+                status = "created"
+            except APIError as exc:
+                if exc.status_code != 409:
+                    raise
+                status = api.inspect_container(name)["State"]["Status"]  # a racing launcher's
+        if status != "created" or (job_dir / "stop").exists():
+            return
+        try:
+            api.start(name)
+        except APIError as exc:
+            reason = f"the container did not start: {_explain(exc)}"
+            self._record(job_dir, JobStatus(JobState.FAILED, reason))
+            self._remove(name)
+
+    def _prepare(self, spec: JobSpec, job_dir: Path, resources: Resources, image: str) -> None:
+        """Lay out the host side of the container's ``/ml`` mounts in ``job_dir``."""
+        layout = contract.JobLayout(job_dir / "ml")
+        working_dir = Path(layout.working_dir)
+        if spec.source_dir:
+            copy_source(Path(spec.source_dir), working_dir)
+        else:
+            working_dir.mkdir(parents=True)
+        Path(layout.config_dir).mkdir(parents=True)
+        Path(layout.hyperparameters_file).write_text(
+            contract.hyperparameters_json(spec.hyperparameters)
+        )
+        for channel in [*spec.output_channels, contract.OUTPUT_PARAMETERS_CHANNEL]:
+            Path(layout.output_dir(channel)).mkdir(parents=True)
+        (job_dir / "paiexp").mkdir()
+        (job_dir / "paiexp" / "job.log").touch()
+        (job_dir / "paiexp" / "entry.sh").write_text(self._entry_script(spec, working_dir))
+        write_json_atomic(
+            job_dir / "resources.json",
+            {"image": image, "resources": dataclasses.asdict(resources)},
+        )
+        # Secrets reach the command through its environment only, never a file.
+        (job_dir / "spec.json").write_text(json.dumps(spec.to_dict(redact=True), indent=2))
+
+    def _entry_script(self, spec: JobSpec, working_dir: Path) -> str:
+        """The container's entry point: requirements, a max_run_time watchdog, the command."""
+        lines = [
+            "#!/bin/sh",
+            f"# The entry point of paiexp job {spec.name} (generated).",
+            "exec >>/paiexp/job.log 2>&1",
+            "cd /ml/usercode || exit 1",
+        ]
+        lines += self._install_lines(spec, working_dir)
+        if spec.max_run_time:
+            reason = shlex.quote(f"exceeded max_run_time of {spec.max_run_time} s")
+            lines.append(
+                f"( trap '' TERM; sleep {spec.max_run_time}; echo {reason} >/paiexp/failure; "
+                f"kill -TERM 0; sleep {self.stop_grace_period:g}; kill -KILL 0 ) &"
+            )
+        lines.append(f"exec /bin/sh -c {shlex.quote(spec.command)}")
+        return "\n".join(lines) + "\n"
+
+    def _install_lines(self, spec: JobSpec, working_dir: Path) -> list[str]:
+        """Shell lines installing ``requirements`` and ``requirements.txt``, as PAI does."""
+        requirements = list(spec.requirements)
+        has_file = (working_dir / "requirements.txt").is_file()
+        if has_file:
+            text = (working_dir / "requirements.txt").read_text()
+            requirements += [line.strip() for line in text.splitlines()]
+        requirements = [line for line in requirements if line and not line.startswith("#")]
+        if not requirements or self.install_requirements == "never":
+            return []
+        failed = shlex.quote("installing the job's requirements failed (see log)")
+        pip_args = [*spec.requirements, *(["-r", "requirements.txt"] if has_file else [])]
+        install = (
+            'PIP_BREAK_SYSTEM_PACKAGES=1 "$python" -m pip install --disable-pip-version-check '
+            f"{shlex.join(pip_args)} || {{ echo {failed} >/paiexp/failure; exit 1; }}"
+        )
+        lines = [
+            'python=$(command -v python3 || command -v python) || { echo "[paiexp] no python '
+            f'in the image to install requirements with"; echo {failed} >/paiexp/failure; '
+            "exit 1; }",
+        ]
+        announce = "echo " + shlex.quote(
+            f"[paiexp] installing requirements: {shlex.join(pip_args)}"
+        )
+        if self.install_requirements == "always":
+            return [*lines, announce, install]
+        satisfied = "[paiexp] requirements already satisfied: " + ", ".join(requirements)
+        return [
+            *lines,
+            f'if "$python" -c {shlex.quote(SATISFIED)} {shlex.join(requirements)}; then',
+            f"  echo {shlex.quote(satisfied)}",
+            "else",
+            f"  {announce}",
+            f"  {install}",
+            "fi",
+        ]
+
+    def _container_options(self, spec: JobSpec, job_dir: Path) -> dict[str, Any]:
+        """Keyword arguments of the engine's create call for the job's container."""
+        from docker.types import DeviceRequest, Mount
+
+        api = self.client.api
+        saved = read_json(job_dir / "resources.json")
+        resources = Resources(**saved["resources"])
+        layout = contract.JobLayout()
+        host = contract.JobLayout(job_dir / "ml")
+        mounts = [
+            Mount(str(layout.working_dir), str(host.working_dir), type="bind"),
+            Mount(str(layout.config_dir), str(host.config_dir), type="bind"),
+            Mount("/paiexp", str(job_dir / "paiexp"), type="bind"),
+        ]
+        input_files: dict[str, str | None] = {}
+        for channel, source in spec.inputs.items():
+            target = layout.input_dir(channel)
+            if Path(source).is_dir():
+                input_files[channel] = None
+            else:
+                input_files[channel] = Path(source).name
+                target = target / Path(source).name
+            mounts.append(Mount(str(target), source, type="bind", read_only=True))
+        for channel in [*spec.output_channels, contract.OUTPUT_PARAMETERS_CHANNEL]:
+            mounts.append(
+                Mount(str(layout.output_dir(channel)), str(host.output_dir(channel)), type="bind")
+            )
+        cpus = min(resources.cpus, self.engine_cpus) if resources.cpus else None
+        share = max(1, self.engine_cpus // self.concurrency)
+        threads = str(min(math.ceil(cpus), share) if cpus else share)
+        env = {"PYTHONUNBUFFERED": "1", **dict.fromkeys(THREAD_VARIABLES, threads)}
+        user = None if os.geteuid() == 0 else f"{os.getuid()}:{os.getgid()}"
+        if user is not None:
+            env["HOME"] = "/tmp"  # the image's HOME belongs to its root; pip needs a home
+        env.update(spec.environments)
+        env.update(
+            contract.environment(layout, spec.hyperparameters, input_files, spec.output_channels)
+        )
+        env["TINI_KILL_PROCESS_GROUP"] = "1"  # a stop signals the job's whole process group
+        host_config = api.create_host_config(
+            mounts=mounts,
+            init=True,
+            nano_cpus=int(cpus * 1e9) if cpus else None,
+            mem_limit=resources.memory,
+            memswap_limit=resources.memory,  # no swap beyond the limit: the limit bites
+            device_requests=[DeviceRequest(count=resources.gpus, capabilities=[["gpu"]])]
+            if resources.gpus
+            else None,
+            network_mode=self.network,
+        )
+        labels = {**spec.labels, JOB_LABEL: spec.name, ROOT_LABEL: str(self.root)}
+        return {
+            "image": saved["image"],
+            "name": self.container_name(spec.name),
+            "entrypoint": ["/bin/sh", "/paiexp/entry.sh"],
+            "working_dir": str(layout.working_dir),
+            "environment": env,
+            "labels": labels,
+            "user": user,
+            "host_config": host_config,
+        }
+
+    # -- status / logs / stop ----------------------------------------------------------------
+
+    def poll(self, handles: Sequence[JobHandle]) -> dict[str, JobStatus]:
+        """Every job's status from one engine call (the containers of this backend's root)."""
+        self._watch()
+        self._changed.clear()
+        listed = {
+            summary["Labels"].get(JOB_LABEL): summary
+            for summary in self.client.api.containers(
+                all=True, filters={"label": f"{ROOT_LABEL}={self.root}"}
+            )
+        }
+        return {handle.id: self._status(handle.name, listed.get(handle.name)) for handle in handles}
+
+    def wait(self, handles: Sequence[JobHandle], timeout: float) -> None:
+        """Sleep until one of this backend's containers dies (the engine's events) or timeout."""
+        if self._watcher is not None and self._watcher.is_alive():
+            self._changed.wait(timeout)
+        else:
+            time.sleep(timeout)
+
+    def _watch(self) -> None:
+        if self._watcher is None or not self._watcher.is_alive():
+            self._watcher = threading.Thread(
+                target=self._follow_events, name="paiexp-docker-events", daemon=True
+            )
+            self._watcher.start()
+
+    def _follow_events(self) -> None:
+        """Wake ``wait`` whenever a container of this root dies; ends if the engine goes."""
+        try:
+            events = connect().api.events(
+                filters={"type": "container", "event": "die", "label": f"{ROOT_LABEL}={self.root}"},
+                decode=True,
+            )
+            for event in events:
+                self._died.add(event["Actor"]["Attributes"]["name"])
+                self._changed.set()
+        except Exception:  # the engine went away: wait() sleeps instead
+            self._changed.set()
+
+    def _status(self, name: str, summary: dict[str, Any] | None) -> JobStatus:
+        job_dir = self.job_dir(name)
+        final = read_json(job_dir / "state.json")
+        if final is not None:
+            if summary is not None and not self.keep_containers:
+                self._remove(summary["Id"])  # a launcher died between recording and removing
+            return JobStatus(**{**final, "state": JobState(final["state"])})
+        if summary is None:
+            if (job_dir / CONTAINER_FILE).exists():
+                return JobStatus(
+                    JobState.FAILED,
+                    reason="the job's container was removed before its end was collected",
+                    infrastructure=True,
+                )
+            if time.time() - _mtime(job_dir / "spec.json") < STARTUP_TIMEOUT:
+                return JobStatus(JobState.PENDING)
+            return JobStatus(
+                JobState.FAILED, reason="the job's container was never created", infrastructure=True
+            )
+        if summary["State"] == "created" and not (job_dir / "stop").exists():
+            return JobStatus(JobState.PENDING)
+        running = JobStatus(JobState.RUNNING, started_at=float(summary["Created"]))
+        if summary["State"] in RUNNING_STATES and self.container_name(name) not in self._died:
+            return running
+        return self._collect(name, summary["Id"]) or running
+
+    def _collect(self, name: str, container_id: str) -> JobStatus | None:
+        """A container has ended: record its outcome, persist outputs, remove it.
+
+        None if it still runs: the engine's list reports a container's death a moment after
+        its events do.
+        """
+        job_dir = self.job_dir(name)
+        state = self.client.api.inspect_container(container_id)["State"]
+        if state["Status"] in RUNNING_STATES:
+            return None
+        spec = JobSpec.from_dict(read_json(job_dir / "spec.json"))
+        resources = Resources(**read_json(job_dir / "resources.json")["resources"])
+        end, reason = _outcome(job_dir, state, resources)
+        status = JobStatus(
+            end,
+            reason or None,
+            exit_code=state["ExitCode"],
+            started_at=_timestamp(state["StartedAt"]),
+            ended_at=_timestamp(state["FinishedAt"]),
+        )
+        layout = contract.JobLayout(job_dir / "ml")
+        for channel, destination in spec.outputs.items():
+            if destination:
+                shutil.copytree(layout.output_dir(channel), destination, dirs_exist_ok=True)
+        self._record(job_dir, status)
+        self._died.discard(self.container_name(name))
+        if not self.keep_containers:
+            self._remove(container_id)
+        return status
+
+    def _record(self, job_dir: Path, status: JobStatus) -> None:
+        write_json_atomic(job_dir / "state.json", dataclasses.asdict(status))
+
+    def _remove(self, container: str) -> None:
+        from docker.errors import APIError
+
+        try:
+            self.client.api.remove_container(container, v=True, force=True)
+        except APIError as exc:  # another launcher removed it already
+            if exc.status_code not in (404, 409):
+                raise
+
+    def read_logs(self, handle: JobHandle, cursor: int, *, final: bool = False) -> LogChunk:
+        return read_log_file(self.job_dir(handle.name) / "paiexp" / "job.log", cursor, final)
+
+    def stop(self, handle: JobHandle) -> None:
+        """``docker stop`` with the grace period, in the background: the caller's loop goes on
+        and sees the job end STOPPED. A container not started yet never starts."""
+        (self.job_dir(handle.name) / "stop").touch()
+        threading.Thread(target=self._stop, args=(handle.id,), daemon=True).start()
+
+    def _stop(self, container: str) -> None:
+        from docker.errors import APIError
+
+        try:
+            self.client.api.stop(container, timeout=math.ceil(self.stop_grace_period))
+        except APIError as exc:  # gone already
+            if exc.status_code != 404:
+                raise
+
+    # -- outputs -----------------------------------------------------------------------------
+
+    def outputs(self, handle: JobHandle) -> dict[str, str]:
+        job_dir = self.job_dir(handle.name)
+        spec = JobSpec.from_dict(read_json(job_dir / "spec.json"))
+        layout = contract.JobLayout(job_dir / "ml")
+        return {
+            channel: Path(spec.outputs.get(channel) or layout.output_dir(channel)).as_uri()
+            for channel in spec.output_channels
+        }
+
+    def output_parameters(self, handle: JobHandle) -> dict[str, float]:
+        layout = contract.JobLayout(self.job_dir(handle.name) / "ml")
+        return read_output_parameters(Path(layout.output_parameters_dir))
+
+    def service_metrics(self, handle: JobHandle) -> dict[str, float]:
+        return {}
+
+    def console_url(self, handle: JobHandle) -> str | None:
+        return None
+
+
+def connect() -> Any:
+    """A client of the engine that ``DOCKER_HOST`` (or the default socket) names."""
+    try:
+        import docker
+    except ImportError:
+        raise UserError(PACKAGE_HINT) from None
+    try:
+        client = docker.from_env()
+        client.ping()
+    except (docker.errors.DockerException, OSError) as exc:
+        where = os.environ.get("DOCKER_HOST")
+        named = f"DOCKER_HOST={where}" if where else "unix:///var/run/docker.sock (no DOCKER_HOST)"
+        raise UserError(
+            f"backend=docker: no Docker engine answers at {named} ({_explain(exc)}); "
+            "start it, or set DOCKER_HOST to one that runs"
+        ) from None
+    return client
+
+
+def _outcome(job_dir: Path, state: dict[str, Any], resources: Resources) -> tuple[JobState, str]:
+    """The job's end state and reason from its container's final state and the job's marks."""
+    code = int(state["ExitCode"])
+    failure = job_dir / "paiexp" / "failure"
+    limit = (
+        f"limit {format_size(resources.memory)}, {resources.source}"
+        if resources.memory
+        else "no memory limit"
+    )
+    if (job_dir / "stop").exists():
+        started = _timestamp(state["StartedAt"]) is not None
+        return JobState.STOPPED, "stopped" if started else "stopped before it started"
+    if failure.exists():
+        return JobState.FAILED, failure.read_text().strip()
+    if code == 0:
+        return JobState.SUCCEEDED, ""
+    if state.get("OOMKilled"):
+        return JobState.FAILED, f"killed: out of memory ({limit})"
+    if code == 128 + signal.SIGKILL and resources.memory:
+        return JobState.FAILED, f"command killed by SIGKILL: out of memory? ({limit})"
+    if code > 128 and code - 128 in signal.valid_signals():
+        return JobState.FAILED, f"command killed by {signal.Signals(code - 128).name}"
+    return JobState.FAILED, f"command exited with code {code}"
+
+
+def _timestamp(value: str) -> float | None:
+    """An engine timestamp (RFC 3339, nanoseconds) as seconds; None for the zero time."""
+    if value.startswith("0001-"):
+        return None
+    head, _, fraction = value.rstrip("Z").partition(".")
+    stamp = datetime.datetime.fromisoformat(head).replace(tzinfo=datetime.UTC)
+    return stamp.timestamp() + float(f"0.{fraction or 0}")
+
+
+def _explain(exc: BaseException) -> str:
+    """The engine's own words for an error, on one line."""
+    text = str(getattr(exc, "explanation", None) or exc).strip()
+    return " ".join(text.split())[:300]
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0

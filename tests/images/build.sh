@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The test image of backend=docker, built without any registry: a minimal Debian bookworm
+# (debootstrap) with Python 3.11, XGBoost 1.7, pandas and pip, imported into the local Docker
+# engine as paiexp-test/bookworm-xgb:<hash of this script>. Built once per machine: an image
+# with that tag already there is kept. Prints the tag. Needs root, debootstrap and docker.
+#
+#   bash tests/images/build.sh            # PAIEXP_DEBIAN_MIRROR overrides the mirror
+set -euo pipefail
+
+PACKAGES="python-is-python3 python3-pip python3-numpy python3-pandas python3-xgboost"
+SUITE=bookworm
+MIRROR=${PAIEXP_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+TAG=paiexp-test/bookworm-xgb:$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-12)
+
+if docker image inspect "$TAG" >/dev/null 2>&1; then
+  echo "$TAG"
+  exit 0
+fi
+command -v debootstrap >/dev/null || {
+  echo "build.sh needs debootstrap: apt-get install -y debootstrap" >&2
+  exit 1
+}
+
+rootfs=$(mktemp -d /var/tmp/paiexp-rootfs.XXXXXX)
+trap 'rm -rf "$rootfs"' EXIT
+started=$SECONDS
+debootstrap --variant=minbase --include=python3 "$SUITE" "$rootfs" "$MIRROR" >&2
+# bookworm's python3-scipy (an xgboost dependency) depends on python3-pythran, a compiler
+# that needs none of it at run time but pulls in ~450 MB of C++ toolchain: a stand-in
+# package satisfies that dependency.
+stub="$rootfs/tmp/pythran-stub"
+mkdir -p "$stub/DEBIAN"
+printf '%s\n' "Package: python3-pythran" "Version: 99:0-paiexp" "Architecture: all" \
+  "Maintainer: paiexp" "Description: stand-in: scipy needs no pythran at run time" \
+  >"$stub/DEBIAN/control"
+dpkg-deb --build "$stub" "$rootfs/tmp/pythran-stub.deb" >&2
+cp /etc/resolv.conf "$rootfs/etc/resolv.conf"
+chroot "$rootfs" dpkg -i /tmp/pythran-stub.deb >&2
+chroot "$rootfs" apt-get install -y -q --no-install-recommends $PACKAGES >&2
+# Small: no package caches, lists, documentation, locales or test suites.
+chroot "$rootfs" apt-get clean
+rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/* "$rootfs"/var/log/* \
+  "$rootfs"/usr/share/doc/* "$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/* \
+  "$rootfs"/usr/share/locale/* "$rootfs"/tmp/* "$rootfs"/etc/resolv.conf
+find "$rootfs"/usr/lib/python3/dist-packages -depth -type d -name tests -exec rm -rf {} +
+tar -C "$rootfs" --numeric-owner -c . \
+  | docker import --change 'ENV LANG=C.UTF-8' --change 'CMD ["python3"]' - "$TAG" >&2
+echo "built $TAG in $((SECONDS - started)) s" >&2
+echo "$TAG"

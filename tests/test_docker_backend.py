@@ -1,0 +1,518 @@
+"""backend=docker against a real Docker engine and the test image of tests/images/build.sh.
+
+Without an engine or the image these tests fail under CI (CI=true) and skip elsewhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import pytest
+from conftest import (
+    REPO,
+    all_runs,
+    assert_nothing_started,
+    clean_env,
+    run_paiexp,
+    run_without_heavy_imports,
+)
+from sweep_helpers import load_study, sweep_runs, synthetic_project
+from test_contract_probe import assert_contract_seen, write_probe_project
+
+from paiexp.backends import JobHandle, JobState, JobStatus
+from paiexp.backends.docker import JOB_LABEL, ROOT_LABEL, DockerBackend
+from paiexp.config import DockerBackendConfig
+from paiexp.errors import UserError
+from paiexp.spec import JobSpec
+
+BUILD_SCRIPT = REPO / "tests" / "images" / "build.sh"
+
+
+def image_tag() -> str:
+    """The tag build.sh gives the image: it changes whenever the script does."""
+    return f"paiexp-test/bookworm-xgb:{hashlib.sha256(BUILD_SCRIPT.read_bytes()).hexdigest()[:12]}"
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    """The test image in a running engine; without either, fail under CI and skip elsewhere."""
+
+    def unavailable(reason: str) -> None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason} (CI needs both)")
+        pytest.skip(reason)
+
+    try:
+        import docker
+
+        client = docker.from_env()
+        client.ping()
+    except Exception as exc:
+        unavailable(f"no Docker engine answers: {exc}")
+    tag = image_tag()
+    try:
+        client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        unavailable(f"the test image {tag} is missing: run bash tests/images/build.sh")
+    return tag
+
+
+def engine() -> Any:
+    import docker
+
+    return docker.from_env()
+
+
+@pytest.fixture(autouse=True)
+def remove_leftovers(tmp_path: Path) -> Iterator[None]:
+    """A failed test leaves no container behind (the tests check there are none first)."""
+    yield
+    try:
+        api = engine().api
+    except Exception:
+        return  # no engine (or no docker package): nothing was started
+    for container in api.containers(all=True, filters={"label": ROOT_LABEL}):
+        if container["Labels"][ROOT_LABEL].startswith(str(tmp_path)):
+            api.remove_container(container["Id"], force=True)
+
+
+def containers_of(root: Path) -> list[dict[str, Any]]:
+    return engine().api.containers(all=True, filters={"label": f"{ROOT_LABEL}={root}"})
+
+
+def engine_events(root: Path, event: str, since: float) -> Counter[str]:
+    """How often each container of ``root`` had ``event`` (create, start, die) since then."""
+    events = engine().api.events(
+        since=since,
+        until=time.time() + 0.1,
+        filters={"type": "container", "event": event, "label": f"{ROOT_LABEL}={root}"},
+        decode=True,
+    )
+    return Counter(e["Actor"]["Attributes"]["name"] for e in events)
+
+
+def make_backend(tmp_path: Path, image: str, **options: Any) -> DockerBackend:
+    config = DockerBackendConfig(
+        root=str(tmp_path / "jobs"), image=image, poll_interval=0.1, **options
+    )
+    return DockerBackend(config, tmp_path)
+
+
+def wait_for(backend: DockerBackend, handle: JobHandle, timeout: float = 60) -> JobStatus:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = backend.poll([handle])[handle.id]
+        if status.state.terminal:
+            return status
+        backend.wait([handle], 0.2)
+    raise AssertionError(f"job {handle.name} did not finish in {timeout} s")
+
+
+def log_lines(backend: DockerBackend, handle: JobHandle) -> list[str]:
+    return backend.read_logs(handle, 0, final=True).lines
+
+
+# -- the backend's verbs -----------------------------------------------------------------------
+
+
+def test_logs_exit_codes_and_idempotent_submission(tmp_path: Path, image: str) -> None:
+    since = time.time()
+    backend = make_backend(tmp_path, image)
+    spec = JobSpec(name="logs", command="echo one; echo two >&2; sleep 1; printf three")
+    handle = backend.submit(spec)
+    assert backend.submit(spec) == handle  # a relaunched launcher's submit...
+    assert make_backend(tmp_path, image).submit(spec) == handle  # ...or another's
+    assert make_backend(tmp_path, image).find("logs") == handle
+    status = wait_for(backend, handle)
+    assert status.state is JobState.SUCCEEDED and status.exit_code == 0
+    assert status.ended_at is not None and status.started_at is not None
+    assert 0.9 < status.ended_at - status.started_at < 30
+    first = backend.read_logs(handle, 0)
+    assert first.lines == ["one", "two"]  # the unterminated "three" waits for final=True
+    assert backend.read_logs(handle, first.cursor, final=True).lines == ["three"]
+    assert containers_of(backend.root) == []  # collected, then removed
+    assert backend.submit(spec) == handle  # ended and removed: still never created again
+    failing = backend.submit(JobSpec(name="fails", command="echo oops; exit 3"))
+    status = wait_for(backend, failing)
+    assert (status.state, status.exit_code) == (JobState.FAILED, 3)
+    assert status.reason == "command exited with code 3"
+    assert backend.poll([failing])[failing.id] == status  # from the job's directory now
+    assert engine_events(backend.root, "create", since) == {handle.id: 1, failing.id: 1}
+
+
+def test_poll_is_one_engine_call_and_wait_wakes_when_a_container_ends(
+    tmp_path: Path, image: str
+) -> None:
+    backend = make_backend(tmp_path, image)
+    handles = [
+        backend.submit(JobSpec(name=f"j{i}", command=f"sleep {1 + i}; echo done")) for i in range(3)
+    ]
+    calls: Counter[str] = Counter()
+    api = backend.client.api
+    for method in ("containers", "inspect_container"):
+        original = getattr(api, method)
+
+        def counted(*args: Any, _original: Any = original, _name: str = method, **kw: Any) -> Any:
+            calls[_name] += 1
+            return _original(*args, **kw)
+
+        setattr(api, method, counted)
+    statuses = backend.poll(handles)
+    assert calls == {"containers": 1}
+    assert {s.state for s in statuses.values()} == {JobState.RUNNING}
+    started = time.monotonic()
+    backend.wait(handles, 30)  # the first job ends after about a second
+    assert time.monotonic() - started < 5
+    assert backend.poll(handles)[handles[0].id].state is JobState.SUCCEEDED
+    for handle in handles:
+        wait_for(backend, handle)
+    assert containers_of(backend.root) == []
+
+
+def test_stop_is_docker_stop_with_the_grace_period(tmp_path: Path, image: str) -> None:
+    backend = make_backend(tmp_path, image, stop_grace_period=1.0)
+    stubborn = "trap '' TERM; echo ready; while true; do sleep 0.1; done"
+    graceful = "trap 'echo got TERM; exit 0' TERM; echo ready; while true; do sleep 0.1; done"
+    handles = [
+        backend.submit(JobSpec(name="stubborn", command=stubborn)),
+        backend.submit(JobSpec(name="graceful", command=graceful)),
+    ]
+    for handle in handles:
+        while "ready" not in log_lines(backend, handle):
+            time.sleep(0.05)
+    started = time.monotonic()
+    for handle in handles:
+        backend.stop(handle)
+    statuses = [wait_for(backend, handle, timeout=30) for handle in handles]
+    assert [s.state for s in statuses] == [JobState.STOPPED, JobState.STOPPED]
+    assert time.monotonic() - started < 10
+    assert log_lines(backend, handles[1])[-1] == "got TERM"
+    assert containers_of(backend.root) == []
+
+
+def test_max_run_time_is_enforced_in_the_container(tmp_path: Path, image: str) -> None:
+    backend = make_backend(tmp_path, image, stop_grace_period=1.0)
+    handle = backend.submit(JobSpec(name="slow", command="sleep 60", max_run_time=1))
+    status = wait_for(backend, handle, timeout=30)
+    assert status.state is JobState.FAILED
+    assert status.reason == "exceeded max_run_time of 1 s"
+    assert status.ended_at is not None and status.started_at is not None
+    assert status.ended_at - status.started_at < 10
+
+
+def test_memory_limit_kill_is_reported_as_out_of_memory(tmp_path: Path, image: str) -> None:
+    backend = make_backend(tmp_path, image, memory="64m")
+    hog = "echo allocating; python -c 'data = b\"x\" * (512 << 20); print(len(data))'"
+    handle = backend.submit(JobSpec(name="hog", command=hog, instance_type="ecs.c6.large"))
+    status = wait_for(backend, handle)
+    assert status.state is JobState.FAILED and status.exit_code == 137
+    assert status.reason == (
+        "killed: out of memory (limit 64 MiB, instance type ecs.c6.large, backend.memory=64m)"
+    )
+    lines = log_lines(backend, handle)
+    assert lines[0] == "allocating" and str(512 << 20) not in lines
+
+
+def test_instance_type_limits_labels_and_kept_containers(
+    tmp_path: Path, image: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    backend = make_backend(tmp_path, image, keep_containers=True)
+    labels = {"paiexp-study": "s", "paiexp-trial": "3"}
+    specs = [
+        JobSpec(name="c6", command="nproc", instance_type="ecs.c6.large", labels=labels),
+        JobSpec(name="g6", command="true", instance_type="ecs.g6.xlarge"),
+    ]
+    with caplog.at_level(logging.WARNING):
+        for spec in specs:
+            backend.validate(spec)
+    assert "ecs.g6.xlarge asks for 4 CPUs" in caplog.text
+    handles = [backend.submit(spec) for spec in specs]
+    for handle in handles:
+        assert wait_for(backend, handle).state is JobState.SUCCEEDED
+    api = engine().api
+    c6, g6 = (api.inspect_container(handle.id) for handle in handles)  # kept
+    assert c6["HostConfig"]["NanoCpus"] == 2 * 10**9
+    assert c6["HostConfig"]["Memory"] == c6["HostConfig"]["MemorySwap"] == 4 << 30
+    assert g6["HostConfig"]["NanoCpus"] == engine().info()["NCPU"] * 10**9  # capped
+    assert g6["HostConfig"]["Memory"] == 16 << 30
+    assert c6["Config"]["Labels"] == {
+        **labels,
+        JOB_LABEL: "c6",
+        ROOT_LABEL: str(backend.root),
+    }
+    assert c6["HostConfig"]["Init"] is True and c6["Config"]["WorkingDir"] == "/ml/usercode"
+    environment = dict(item.split("=", 1) for item in c6["Config"]["Env"])
+    assert environment["OMP_NUM_THREADS"] == "2"
+    assert backend.poll(handles)[handles[0].id].state is JobState.SUCCEEDED  # kept, collected
+    for handle in handles:
+        api.remove_container(handle.id, force=True)
+
+
+def test_requirements_are_installed_before_the_command_offline(tmp_path: Path, image: str) -> None:
+    source = tmp_path / "code"
+    source.mkdir()
+    (source / "requirements.txt").write_text("pandas>=1.5\n# a comment\nnumpy\n")
+    offline = make_backend(tmp_path, image, network="none")
+    always = DockerBackend(
+        DockerBackendConfig(
+            root=str(tmp_path / "always"),
+            image=image,
+            network="none",
+            install_requirements="always",
+        ),
+        tmp_path,
+    )
+    code = str(source)
+    met = offline.submit(JobSpec(name="met", command="echo ran", source_dir=code))
+    unmet = offline.submit(
+        JobSpec(
+            name="unmet",
+            command="echo ran",
+            requirements=("paiexp-no-such-package==0.0.1",),
+            environments={"PIP_NO_INDEX": "1"},
+        )
+    )
+    forced = always.submit(JobSpec(name="forced", command="echo ran", source_dir=code))
+    assert wait_for(offline, met).state is JobState.SUCCEEDED
+    assert log_lines(offline, met) == [
+        "[paiexp] requirements already satisfied: pandas>=1.5, numpy",
+        "ran",
+    ]
+    status = wait_for(offline, unmet)
+    assert status.state is JobState.FAILED
+    assert status.reason == "installing the job's requirements failed (see log)"
+    assert "ran" not in log_lines(offline, unmet)
+    assert wait_for(always, forced).state is JobState.SUCCEEDED  # pip, with no network
+    lines = log_lines(always, forced)
+    assert lines[0] == "[paiexp] installing requirements: -r requirements.txt"
+    assert any(line.startswith("Requirement already satisfied: pandas") for line in lines)
+    assert lines[-1] == "ran"
+
+
+# -- through the command line ------------------------------------------------------------------
+
+
+def test_probe_sees_the_pai_contract_in_a_container(project: Path, image: str) -> None:
+    write_probe_project(project)
+    result = run_paiexp(project, "job=probe", "backend=docker", f"backend.image={image}", "-q")
+    assert result.returncode == 0, result.stderr
+    root = project / ".paiexp" / "docker"
+    (job_dir,) = (path for path in root.iterdir() if not path.name.startswith("."))
+    seen_file = job_dir / "ml" / "output" / "model" / "seen.json"
+    assert_contract_seen(json.loads(seen_file.read_text()), PurePosixPath("/ml"))
+    assert seen_file.stat().st_uid == os.getuid()
+    assert containers_of(root) == []
+
+
+def test_xgb_sweep_in_containers(tmp_path: Path, image: str) -> None:
+    for name in ("conf", "examples", "sweeps"):
+        shutil.copytree(REPO / name, tmp_path / name)
+    result = run_paiexp(
+        tmp_path, "+sweep=xgb", "backend=docker", f"backend.image={image}", "sweep.n_trials=4"
+    )
+    assert result.returncode == 0, result.stderr
+    study = load_study(tmp_path, "xgb")
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 4
+    parents, children = sweep_runs(tmp_path)
+    assert len(parents) == 1 and len(children) == 4
+    for child in children:
+        assert child.info.status == "FINISHED"
+        assert child.data.params["job.backend"] == "docker"
+        model_dir = Path(child.data.tags["paiexp.model_uri"].removeprefix("file://"))
+        assert model_dir.parent.parent.parent.parent == tmp_path / ".paiexp" / "docker"
+        assert json.loads((model_dir / "model.json").read_text())["learner"]
+        log = (model_dir.parents[2] / "paiexp" / "job.log").read_text()
+        assert log.startswith("[paiexp] requirements already satisfied: pandas>=1.5, numpy\n")
+    assert containers_of(tmp_path / ".paiexp" / "docker") == []
+
+
+def test_oss_inputs_are_downloaded_once_and_mounted(tmp_path: Path, image: str) -> None:
+    from emulator import Emulator
+
+    for name in ("conf", "examples"):
+        shutil.copytree(REPO / name, tmp_path / name)
+    data = REPO / "examples" / "xgb" / "data"
+    with Emulator(tmp_path / "cloud") as cloud:
+        for split in ("train", "test"):
+            cloud.store.put(cloud.bucket, f"data/{split}.csv", (data / f"{split}.csv").read_bytes())
+        env = clean_env(
+            ALIBABA_CLOUD_ACCESS_KEY_ID=cloud.credentials.access_key_id,
+            ALIBABA_CLOUD_ACCESS_KEY_SECRET=cloud.credentials.access_key_secret,
+            XDG_CACHE_HOME=str(tmp_path / "cache"),
+        )
+        args = [
+            "backend=docker",
+            f"backend.image={image}",
+            f"backend.oss.endpoint={cloud.oss_endpoint}",
+            f"job.inputs.train=oss://{cloud.bucket}/data/train.csv",
+            f"job.inputs.test=oss://{cloud.bucket}/data/",  # a prefix: a directory
+            "job.hyperparameters.n_estimators=10",
+            "-q",
+        ]
+        for _ in range(2):
+            result = run_paiexp(tmp_path, *args, env=env)
+            assert result.returncode == 0, result.stderr
+        gets = [r for r in cloud.log.records("oss", "GetObject")]
+        assert sorted(r.path for r in gets) == [  # the second run downloaded nothing
+            f"/{cloud.bucket}/data/test.csv",
+            f"/{cloud.bucket}/data/train.csv",
+        ]
+        missing = run_paiexp(
+            tmp_path, *args, f"+job.inputs.extra=oss://{cloud.bucket}/nothing/here", env=env
+        )
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == (
+        f"paiexp: error: job.inputs.extra: no object or prefix oss://{cloud.bucket}/nothing/here "
+        "on OSS"
+    )
+    runs = all_runs(tmp_path)
+    assert len(runs) == 2 and all(r.data.metrics["test-auc"] > 0.9 for r in runs)
+
+
+def test_sigkilled_launcher_reattaches_to_running_containers(tmp_path: Path, image: str) -> None:
+    root = synthetic_project(
+        tmp_path,
+        {
+            "params": {"x": "interval(-1, 1)", "duration": 2.0, "steps": 4},
+            "n_trials": 6,
+            "parallelism": 2,
+        },
+    )
+    jobs = root / ".paiexp" / "docker"
+    command = [sys.executable, "-m", "paiexp", "+sweep=syn", "backend=docker"]
+    command.append(f"backend.image={image}")
+    since = time.time()
+    reattached: set[str] = set()
+    for _ in range(2):
+        launcher = subprocess.Popen(
+            command,
+            cwd=root,
+            env=clean_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 120
+        while True:  # kill it while a container it started (or adopted) runs
+            assert time.monotonic() < deadline, "no container started"
+            running = {
+                c["Names"][0].lstrip("/") for c in containers_of(jobs) if c["State"] == "running"
+            }
+            if running - reattached:
+                break
+            time.sleep(0.1)
+        time.sleep(0.5)
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait()
+        reattached |= running
+    final = run_paiexp(root, "+sweep=syn", "backend=docker", f"backend.image={image}")
+    assert final.returncode == 0, final.stderr
+    assert "re-attaching to job" in final.stderr
+
+    study = load_study(root)
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 6
+    created = engine_events(jobs, "create", since)
+    assert sorted(created.values()) == [1] * 6  # six containers, none created twice
+    assert engine_events(jobs, "start", since) == created
+    backend = DockerBackend(DockerBackendConfig(), root)
+    names = {t.user_attrs["paiexp:job_name"] for t in study.trials}
+    assert {backend.container_name(name) for name in names} == set(created)
+    assert reattached <= set(created)
+    parents, children = sweep_runs(root)
+    assert len(children) == 6 and {c.info.status for c in children} == {"FINISHED"}
+    assert parents[0].info.status == "FINISHED"
+    assert containers_of(jobs) == []
+
+
+# -- bad input: one line, exit code 2, nothing started -----------------------------------------
+
+
+def test_config_mistakes_are_reported_without_importing_docker(project: Path) -> None:
+    calls = [
+        (["backend=docker", "backend.install_requirements=sometimes"], 2),
+        (["backend=docker", "job.instance_type=ecs.nope.large"], 2),
+        (["backend=docker", "backend.memory=lots"], 2),
+        (["backend=docker", "backend.cpus=0"], 2),
+        (["backend=docker", "+job.inputs.extra=oss://bucket/data.csv"], 2),
+        (["backend=docker", "--cfg", "job"], 0),
+    ]
+    result = run_without_heavy_imports(project, calls)
+    assert result.returncode == 0, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("paiexp: error: ")]
+    assert len(errors) == 5, result.stderr
+    assert "backend.install_requirements: invalid value 'sometimes'" in errors[0]
+    assert "job.instance_type: unknown instance type 'ecs.nope.large'" in errors[1]
+    assert "ecs.c6.large" in errors[1] and "backend.cpus and backend.memory" in errors[1]
+    assert errors[2].endswith("invalid value 'lots'; expected a size like 512m, 4g or 16GiB")
+    assert "backend.cpus" in errors[3]
+    assert "job.inputs.extra: backend=docker reads local paths only" in errors[4]
+    assert_nothing_started(project)
+
+
+def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 2, result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("paiexp: error:")]
+    return line
+
+
+def test_missing_image_and_engine_are_clear_errors(project: Path, image: str) -> None:
+    missing = one_line_error(
+        run_paiexp(project, "backend=docker", "backend.image=paiexp-test/no-such-image:0")
+    )
+    assert "backend.image: image 'paiexp-test/no-such-image:0'" in missing
+    assert "tests/images/build.sh" in missing
+    no_image = one_line_error(run_paiexp(project, "backend=docker"))
+    assert "job.image: backend=docker needs an image" in no_image
+    engine_gone = one_line_error(
+        run_paiexp(
+            project,
+            "backend=docker",
+            f"backend.image={image}",
+            env=clean_env(DOCKER_HOST=f"unix://{project}/no-engine.sock"),
+        )
+    )
+    assert f"DOCKER_HOST=unix://{project}/no-engine.sock" in engine_gone
+    if "nvidia" not in engine().info().get("Runtimes", {}):
+        no_gpu = one_line_error(
+            run_paiexp(
+                project,
+                "backend=docker",
+                f"backend.image={image}",
+                "job.instance_type=ecs.gn6i-c4g1.xlarge",
+            )
+        )
+        assert "backend.gpus: instance type ecs.gn6i-c4g1.xlarge asks for 1 GPU(s)" in no_gpu
+        assert "backend.gpus=0" in no_gpu
+    assert_nothing_started(project)
+
+
+def test_missing_docker_package_is_a_clear_error(project: Path) -> None:
+    blocker = project / "blocker" / "docker"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ImportError('docker is not installed')\n")
+    env = clean_env(PYTHONPATH=str(project / "blocker"))
+    line = one_line_error(run_paiexp(project, "backend=docker", "job.image=x", env=env))
+    assert line == (
+        "paiexp: error: backend=docker needs the docker package: pip install 'paiexp[docker]'"
+    )
+    assert_nothing_started(project)
+
+
+def test_unknown_instance_type_with_explicit_limits_runs(tmp_path: Path, image: str) -> None:
+    backend = make_backend(tmp_path, image, cpus=1.0, memory="256m")
+    spec = JobSpec(name="custom", command="true", instance_type="ecs.custom.tiny")
+    backend.validate(spec)
+    assert wait_for(backend, backend.submit(spec)).state is JobState.SUCCEEDED
+    with pytest.raises(UserError, match=r"job\.instance_type: unknown instance type"):
+        make_backend(tmp_path, image, cpus=1.0).validate(spec)
