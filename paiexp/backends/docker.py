@@ -185,10 +185,11 @@ class DockerBackend:
             self._check_gpus(image, resources)
 
     def _check_oss_input(self, channel: str, uri: str) -> None:
+        transfer = self.oss  # no credentials: a UserError, before oss2 is even imported
         from oss2.exceptions import OssError
 
         try:
-            found = self.oss.exists_any(OssUri.parse(uri))
+            found = transfer.exists_any(OssUri.parse(uri))
         except OssError as exc:
             raise UserError(
                 f"job.inputs.{channel}: cannot read {uri} at {self.oss.endpoint} "
