@@ -98,6 +98,11 @@ def test_xgb_sweep_on_pai(cloud: Emulator, tmp_path: Path) -> None:
         bucket, prefix = split_uri(model_uri)
         assert f"{prefix}model.json" in list(cloud.store.keys(bucket, prefix))
         assert child.data.metrics["test-auc"] > 0.9
+    run_of_job = {c.data.tags["paiexp.job_name"]: c.info.run_id for c in children}
+    for job in cloud.jobs():  # each job knows its trial's run, study and trial number
+        labels = {label["Key"]: label["Value"] for label in job["Labels"]}
+        assert labels["paiexp-run"] == run_of_job[job["TrainingJobName"]]
+        assert labels["paiexp-study"] == "xgb" and labels["paiexp-trial"].isdigit()
     assert created_jobs(cloud) == Counter(
         {t.user_attrs["paiexp:job_name"]: 1 for t in study.trials}
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -75,6 +75,9 @@ class Backend(Protocol):
 
     def read_logs(self, handle: JobHandle, cursor: int, *, final: bool = False) -> LogChunk:
         """Complete log lines after ``cursor``; ``final`` also returns an unterminated tail."""
+
+    def label(self, handle: JobHandle, labels: Mapping[str, str]) -> None:
+        """Add labels to a submitted job where the platform can (best effort, never raises)."""
 
     def stop(self, handle: JobHandle) -> None:
         """Ask the job to stop; it ends in state STOPPED."""

@@ -36,7 +36,7 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -597,6 +597,9 @@ class DockerBackend:
 
     def read_logs(self, handle: JobHandle, cursor: int, *, final: bool = False) -> LogChunk:
         return read_log_file(self.job_dir(handle.name) / "paiexp" / "job.log", cursor, final)
+
+    def label(self, handle: JobHandle, labels: Mapping[str, str]) -> None:
+        """A container's labels are fixed when it is created: nothing to update."""
 
     def stop(self, handle: JobHandle) -> None:
         """``docker stop`` with the grace period, in the background: the caller's loop goes on

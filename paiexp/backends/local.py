@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -285,6 +285,9 @@ class LocalBackend:
 
     def read_logs(self, handle: JobHandle, cursor: int, *, final: bool = False) -> LogChunk:
         return read_log_file(self.job_dir(handle.id) / "job.log", cursor, final)
+
+    def label(self, handle: JobHandle, labels: Mapping[str, str]) -> None:
+        """A local job's labels are in its spec.json, written once: nothing to update."""
 
     def stop(self, handle: JobHandle) -> None:
         job_dir = self.job_dir(handle.id)

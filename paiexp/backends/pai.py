@@ -16,12 +16,12 @@ from __future__ import annotations
 import importlib.util
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from paiexp import contract
-from paiexp.backends.base import JobHandle, JobState, JobStatus, LogChunk
+from paiexp.backends.base import BackendUnavailable, JobHandle, JobState, JobStatus, LogChunk
 from paiexp.backends.pai_api import PAGE_SIZE, PaiApi, PaiRejected
 from paiexp.cache import cache_root
 from paiexp.errors import UserError
@@ -308,6 +308,18 @@ class PaiBackend:
                 break
             page, skip = page + 1, 0
         return LogChunk(lines, cursor + len(lines))
+
+    def label(self, handle: JobHandle, labels: Mapping[str, str]) -> None:
+        """UpdateTrainingJobLabels, unless the job has those labels already."""
+        known = self._labels.get(handle.id, {})
+        if all(known.get(k) == v for k, v in labels.items()):
+            return
+        try:
+            self.api.update_labels(handle.id, labels)
+        except (PaiRejected, BackendUnavailable) as exc:
+            log.warning("could not label %s: %s", handle.name, exc)
+            return
+        self._labels[handle.id] = {**known, **labels}
 
     def stop(self, handle: JobHandle) -> None:
         try:

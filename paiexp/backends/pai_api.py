@@ -107,6 +107,19 @@ class PaiApi:
             lambda: self.studio.stop_training_job_with_options(job_id, {}, self.runtime),
         )
 
+    def update_labels(self, job_id: str, labels: Mapping[str, str]) -> None:
+        from alibabacloud_paistudio20220112 import models
+
+        request = models.UpdateTrainingJobLabelsRequest().from_map(
+            {"Labels": [{"Key": k, "Value": v} for k, v in labels.items()]}
+        )
+        self._call(
+            "UpdateTrainingJobLabels",
+            lambda: self.studio.update_training_job_labels_with_options(
+                job_id, request, {}, self.runtime
+            ),
+        )
+
     def list_logs(self, job_id: str, page: int, size: int) -> tuple[list[str], int]:
         from alibabacloud_paistudio20220112 import models
 

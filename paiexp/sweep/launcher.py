@@ -164,6 +164,7 @@ class Launcher:
         self.backend = prepared.backend
         self.progress = progress
         self.inflight: list[InFlight] = []
+        self.unlabelled: dict[str, JobHandle] = {}  # jobs not yet told their run's id
         self.stop_reason: str | None = None
         self.stop_failed = False
         self.interrupts = 0
@@ -277,6 +278,7 @@ class Launcher:
         self.publish_best()  # the study's best, even if a killed launch lost its last update
         self.tracking.finish_parent(interrupted=bool(self.interrupts))
         uri = self.tracking.close()
+        self.label_runs()  # the runs created last
         return SweepOutcome(
             self.study,
             self.stop_reason,
@@ -299,6 +301,7 @@ class Launcher:
                 self.start_trial()
             if not self.inflight:
                 return
+            self.label_runs()
             try:
                 statuses = self.backend.poll([f.handle for f in self.inflight])
             except BackendUnavailable as exc:  # the jobs run on regardless: ask again later
@@ -316,6 +319,12 @@ class Launcher:
             self.progress.refresh()
             if self.inflight and not self.slot_free():
                 self.backend.wait([f.handle for f in self.inflight], self.backend.poll_interval)
+
+    def label_runs(self) -> None:
+        """Label each job with its MLflow run's id once the tracking process has made it."""
+        run_ids = self.tracking.run_ids
+        for name in [n for n in self.unlabelled if n in run_ids]:
+            self.backend.label(self.unlabelled.pop(name), {"paiexp-run": run_ids[name]})
 
     def slot_free(self) -> bool:
         return len(self.inflight) < self.p.sweep.parallelism and self.can_submit()
@@ -427,6 +436,7 @@ class Launcher:
             return
         trial.set_user_attr(JOB_ID, handle.id)
         self.start_child(trial, spec, adopted=adopted is not None)
+        self.unlabelled[name] = handle
         monitor = JobMonitor(self.backend, handle, spec, self.log_root / f"{name}.log")
         flight = InFlight(trial, spec, handle, monitor)
         if adopted is not None:

@@ -74,6 +74,7 @@ class SweepTracker:
         )
         self._process.start()
         self._fatal: str | None = None
+        self._run_ids: dict[str, str] = {}
         self.errors: list[str] = []
         self.uri: str | None = None
 
@@ -84,6 +85,12 @@ class SweepTracker:
     def fatal(self) -> str | None:
         self._read_replies()
         return self._fatal
+
+    @property
+    def run_ids(self) -> dict[str, str]:
+        """Job name -> the id of its trial's run, for the runs created so far."""
+        self._read_replies()
+        return self._run_ids
 
     def _read_replies(self, *, block: bool = False) -> None:
         while True:
@@ -96,6 +103,9 @@ class SweepTracker:
                 self.errors.append(text)
             elif kind == "error":
                 self.errors.append(text)
+            elif kind == "run":
+                job_name, _, run_id = text.partition("\t")
+                self._run_ids[job_name] = run_id
             elif kind == "closed":
                 self.uri = text
                 return
@@ -188,6 +198,9 @@ def serve(setup: TrackingSetup, calls: Any, replies: Any, launcher_pid: int) -> 
             continue
         try:
             getattr(server, name)(**kwargs)
+            if name == "start_child":  # the launcher labels the trial's job with its run
+                job_name = kwargs["job_name"]
+                replies.put(("run", f"{job_name}\t{server.runs[job_name]}"))
         except Exception as exc:  # tracking must never take the sweep down
             text = f"{name}: {exc}"
             if not server.parent_run_id:  # nothing can be tracked without a parent run

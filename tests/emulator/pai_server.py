@@ -246,6 +246,7 @@ class PaiServer:
             ("GET", r"/api/v1/trainingjobs", "ListTrainingJobs", "PAI", self._list_jobs),
             ("GET", job, "GetTrainingJob", "PAI", self._get_job),
             ("PUT", job + "/stop", "StopTrainingJob", "PAI", self._stop_job),
+            ("POST", job + "/labels", "UpdateTrainingJobLabels", "PAI", self._update_labels),
             ("GET", job + "/logs", "ListTrainingJobLogs", "PAI", self._list_logs),
             ("GET", job + "/metrics", "ListTrainingJobMetrics", "PAI", self._list_metrics),
             ("GET", job + "/latestmetrics", "GetTrainingJobLatestMetrics", "PAI", self._latest),
@@ -554,6 +555,19 @@ class PaiServer:
         with self._lock:
             found = self._find(job)
         self._interrupt(found, "user")
+        return {}
+
+    def _update_labels(self, query: dict[str, str], body: bytes, job: str) -> dict[str, Any]:
+        """Add or overwrite labels (Labels: [{Key, Value}]); the others stay."""
+        request = _json_object(body)
+        _pairs(request, "Labels", "Key", "Value")
+        with self._lock:
+            found = self._find(job)
+            labels = {
+                label["Key"]: label["Value"] for label in found.request.get("Labels") or []
+            }
+            labels.update({label["Key"]: label["Value"] for label in request.get("Labels") or []})
+            found.request["Labels"] = [{"Key": k, "Value": v} for k, v in labels.items()]
         return {}
 
     def _list_logs(self, query: dict[str, str], body: bytes, job: str) -> dict[str, Any]:
