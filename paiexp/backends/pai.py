@@ -61,12 +61,12 @@ class PaiBackend:
     name = "pai"
 
     def __init__(self, config: Any, base_dir: Path) -> None:
+        """``base_dir`` is unused: a PAI job keeps nothing on this machine."""
         _check_config(config)
         missing = [m for m in SDK_MODULES if importlib.util.find_spec(m) is None]
         if missing:
             raise UserError(f"backend=pai needs {', '.join(missing)}: pip install 'paiexp[pai]'")
         self.config = config
-        self.base_dir = base_dir
         self.poll_interval = float(config.poll_interval)
         self.log_interval = float(config.log_interval)
         self.oss_base = OssUri(config.oss.bucket, config.oss.prefix.strip("/"))
