@@ -5,7 +5,7 @@ directory: ``/ml/usercode`` (a copy of the source dir, the working directory),
 ``/ml/input/config``, ``/ml/input/data/<channel>`` (local inputs, read-only) and
 ``/ml/output/<channel>``. Its CPU and memory limits (and GPU request) come from
 ``job.instance_type``. The container runs detached, so it survives the launcher; its entry
-script installs the requirements, runs the command with ``sh -c``, enforces
+script (docker_entry.py) installs the requirements, runs the command with ``sh -c``, enforces
 ``max_run_time`` and writes the log to the job's directory, where it outlives the container.
 Once a container has ended, the first ``poll`` that sees it records its outcome in
 ``state.json``, copies outputs to local destinations and removes it. Layout::
@@ -30,7 +30,6 @@ import json
 import logging
 import math
 import os
-import shlex
 import shutil
 import signal
 import tempfile
@@ -42,6 +41,7 @@ from typing import Any
 
 from paiexp import contract
 from paiexp.backends.base import JobHandle, JobState, JobStatus, LogChunk
+from paiexp.backends.docker_entry import entry_script
 from paiexp.backends.instance_types import Resources, format_size, resolve
 from paiexp.backends.local import INSTALL_MODES, THREAD_VARIABLES, read_log_file
 from paiexp.backends.local_runner import read_json, write_json_atomic
@@ -62,36 +62,6 @@ STARTUP_TIMEOUT = 60.0  # a job directory without a container after this long ne
 RUNNING_STATES = ("running", "paused", "restarting", "removing")
 PACKAGE_HINT = "backend=docker needs the docker package: pip install 'paiexp[docker]'"
 IMAGE_HINT = "build the test image with: bash tests/images/build.sh (it prints the tag)"
-
-# Run by the image's Python: exit 0 when every requirement given is installed already.
-SATISFIED = """\
-import sys
-from importlib.metadata import PackageNotFoundError, version
-try:
-    from packaging.requirements import Requirement
-except ImportError:
-    try:
-        from pip._vendor.packaging.requirements import Requirement
-    except ImportError:
-        sys.exit(1)
-
-
-def met(line):
-    try:
-        requirement = Requirement(line)
-    except Exception:
-        return False
-    if requirement.marker is not None and not requirement.marker.evaluate():
-        return True
-    try:
-        installed = version(requirement.name)
-    except PackageNotFoundError:
-        return False
-    return requirement.specifier.contains(installed, prereleases=True)
-
-
-sys.exit(0 if all(met(line) for line in sys.argv[1:]) else 1)
-"""
 
 
 class DockerBackend:
@@ -361,68 +331,15 @@ class DockerBackend:
             Path(layout.output_dir(channel)).mkdir(parents=True)
         (job_dir / "paiexp").mkdir()
         (job_dir / "paiexp" / "job.log").touch()
-        (job_dir / "paiexp" / "entry.sh").write_text(self._entry_script(spec, working_dir))
+        (job_dir / "paiexp" / "entry.sh").write_text(
+            entry_script(spec, working_dir, self.install_requirements, self.stop_grace_period)
+        )
         write_json_atomic(
             job_dir / "resources.json",
             {"image": image, "resources": dataclasses.asdict(resources)},
         )
         # Secrets reach the command through its environment only, never a file.
         (job_dir / "spec.json").write_text(json.dumps(spec.to_dict(redact=True), indent=2))
-
-    def _entry_script(self, spec: JobSpec, working_dir: Path) -> str:
-        """The container's entry point: requirements, a max_run_time watchdog, the command."""
-        lines = [
-            "#!/bin/sh",
-            f"# The entry point of paiexp job {spec.name} (generated).",
-            "exec >>/paiexp/job.log 2>&1",
-            "cd /ml/usercode || exit 1",
-        ]
-        lines += self._install_lines(spec, working_dir)
-        if spec.max_run_time:
-            reason = shlex.quote(f"exceeded max_run_time of {spec.max_run_time} s")
-            lines.append(
-                f"( trap '' TERM; sleep {spec.max_run_time}; echo {reason} >/paiexp/failure; "
-                f"kill -TERM 0; sleep {self.stop_grace_period:g}; kill -KILL 0 ) &"
-            )
-        lines.append(f"exec /bin/sh -c {shlex.quote(spec.command)}")
-        return "\n".join(lines) + "\n"
-
-    def _install_lines(self, spec: JobSpec, working_dir: Path) -> list[str]:
-        """Shell lines installing ``requirements`` and ``requirements.txt``, as PAI does."""
-        requirements = list(spec.requirements)
-        has_file = (working_dir / "requirements.txt").is_file()
-        if has_file:
-            text = (working_dir / "requirements.txt").read_text()
-            requirements += [line.strip() for line in text.splitlines()]
-        requirements = [line for line in requirements if line and not line.startswith("#")]
-        if not requirements or self.install_requirements == "never":
-            return []
-        failed = shlex.quote("installing the job's requirements failed (see log)")
-        pip_args = [*spec.requirements, *(["-r", "requirements.txt"] if has_file else [])]
-        install = (
-            'PIP_BREAK_SYSTEM_PACKAGES=1 "$python" -m pip install --disable-pip-version-check '
-            f"{shlex.join(pip_args)} || {{ echo {failed} >/paiexp/failure; exit 1; }}"
-        )
-        lines = [
-            'python=$(command -v python3 || command -v python) || { echo "[paiexp] no python '
-            f'in the image to install requirements with"; echo {failed} >/paiexp/failure; '
-            "exit 1; }",
-        ]
-        announce = "echo " + shlex.quote(
-            f"[paiexp] installing requirements: {shlex.join(pip_args)}"
-        )
-        if self.install_requirements == "always":
-            return [*lines, announce, install]
-        satisfied = "[paiexp] requirements already satisfied: " + ", ".join(requirements)
-        return [
-            *lines,
-            f'if "$python" -c {shlex.quote(SATISFIED)} {shlex.join(requirements)}; then',
-            f"  echo {shlex.quote(satisfied)}",
-            "else",
-            f"  {announce}",
-            f"  {install}",
-            "fi",
-        ]
 
     def _container_options(self, spec: JobSpec, job_dir: Path) -> dict[str, Any]:
         """Keyword arguments of the engine's create call for the job's container."""
