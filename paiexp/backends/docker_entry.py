@@ -9,6 +9,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from paiexp.backends.local_runner import requirement_lines
 from paiexp.spec import JobSpec
 
 # Run by the image's Python: exit 0 when every requirement given is installed already.
@@ -65,12 +66,8 @@ def entry_script(spec: JobSpec, working_dir: Path, install_mode: str, grace_peri
 
 def install_lines(spec: JobSpec, working_dir: Path, install_mode: str) -> list[str]:
     """Shell lines installing ``requirements`` and ``requirements.txt``, as PAI does."""
-    requirements = list(spec.requirements)
+    requirements = requirement_lines(spec.requirements, str(working_dir))
     has_file = (working_dir / "requirements.txt").is_file()
-    if has_file:
-        text = (working_dir / "requirements.txt").read_text()
-        requirements += [line.strip() for line in text.splitlines()]
-    requirements = [line for line in requirements if line and not line.startswith("#")]
     if not requirements or install_mode == "never":
         return []
     pip_args = [*spec.requirements, *(["-r", "requirements.txt"] if has_file else [])]

@@ -23,6 +23,7 @@ import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from typing import IO, Any
 
 RUNNING, SUCCEEDED, FAILED, STOPPED = "RUNNING", "SUCCEEDED", "FAILED", "STOPPED"
@@ -149,11 +150,7 @@ class Runner:
         """
         requirements_txt = os.path.join(self.working_dir, "requirements.txt")
         files = [requirements_txt] if os.path.isfile(requirements_txt) else []
-        lines = list(self.spec["requirements"])
-        for path in files:
-            with open(path) as stream:
-                lines += [line.strip() for line in stream.read().splitlines()]
-        lines = [line for line in lines if line and not line.startswith("#")]
+        lines = requirement_lines(self.spec["requirements"], self.working_dir)
         if not lines or self.install == "never":
             return True
         marker = os.path.join(self.cache_dir, f"requirements-met-{_environment_key(lines)}")
@@ -264,6 +261,16 @@ def _environment_key(lines: list[str]) -> str:
         with contextlib.suppress(OSError):
             digest.update(f"{directory}:{os.stat(directory).st_mtime_ns}".encode())
     return digest.hexdigest()[:32]
+
+
+def requirement_lines(requirements: Iterable[str], working_dir: str) -> list[str]:
+    """``requirements`` and the lines of ``working_dir``'s requirements.txt, minus comments."""
+    lines = list(requirements)
+    path = os.path.join(working_dir, "requirements.txt")
+    if os.path.isfile(path):
+        with open(path) as stream:
+            lines += [line.strip() for line in stream.read().splitlines()]
+    return [line for line in lines if line and not line.startswith("#")]
 
 
 def _satisfied(line: str) -> bool:
