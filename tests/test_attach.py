@@ -11,7 +11,8 @@ from pathlib import Path
 
 from conftest import all_runs, clean_env, mlflow_client, run_paiexp
 
-from paiexp.backends.local import process_alive, read_json
+from paiexp.jsonfiles import read_json
+from paiexp.processes import process_alive
 
 COMMAND = (
     'job.command=\'for i in 0 1 2 3 4 5; do echo "[$i] validation-logloss:0.$i"; sleep 0.5; '

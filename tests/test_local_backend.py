@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 
 from paiexp.backends import JobHandle, JobState, JobStatus
-from paiexp.backends.local import LocalBackend, process_alive, read_json
+from paiexp.backends.local import LocalBackend
 from paiexp.config import LocalBackendConfig
 from paiexp.errors import UserError
+from paiexp.jsonfiles import read_json
+from paiexp.processes import process_alive
 from paiexp.spec import JobSpec
 
 

@@ -13,7 +13,8 @@ import pytest
 from conftest import clean_env, run_paiexp
 from sweep_helpers import load_study, sweep_runs, synthetic_project
 
-from paiexp.backends.local import process_alive, read_json
+from paiexp.jsonfiles import read_json
+from paiexp.processes import process_alive
 
 
 def jobs_dir(root: Path) -> Path:

@@ -44,9 +44,9 @@ from paiexp.backends.base import JobHandle, JobState, JobStatus, LogChunk
 from paiexp.backends.docker_entry import entry_script
 from paiexp.backends.instance_types import Resources, format_size, resolve
 from paiexp.backends.local import INSTALL_MODES, THREAD_VARIABLES, read_log_file
-from paiexp.backends.local_runner import read_json, write_json_atomic
 from paiexp.cache import cache_root
 from paiexp.errors import UserError
+from paiexp.jsonfiles import read_json, write_json_atomic
 from paiexp.metrics import read_output_parameters
 from paiexp.oss import OssTransfer, OssUri, endpoint_url
 from paiexp.retry import RetryPolicy

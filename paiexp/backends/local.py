@@ -30,15 +30,11 @@ from typing import Any
 from paiexp import contract
 from paiexp.backends import local_runner
 from paiexp.backends.base import JobHandle, JobState, JobStatus, LogChunk
-from paiexp.backends.local_runner import (
-    LOCK_FILE,
-    kill_group,
-    lock_held,
-    process_stat,
-    read_json,
-)
+from paiexp.backends.local_runner import LOCK_FILE
 from paiexp.errors import UserError
+from paiexp.jsonfiles import read_json
 from paiexp.metrics import read_output_parameters
+from paiexp.processes import kill_group, lock_held, process_alive
 from paiexp.source import copy_source
 from paiexp.spec import JobSpec
 
@@ -333,14 +329,6 @@ def read_log_file(path: Path, cursor: int, final: bool) -> LogChunk:
         data = data[: data.rfind(b"\n") + 1]
     text = data.decode("utf-8", errors="replace")
     return LogChunk(text.splitlines(), cursor + len(data))
-
-
-def process_alive(pid: int, start_time: str | None) -> bool:
-    """Whether ``pid`` runs and is the process that started at ``start_time`` (if given)."""
-    fields = process_stat(pid)
-    if fields is None or (start_time is not None and fields[19] != start_time):
-        return False
-    return fields[0] != "Z"  # a zombie has exited
 
 
 def _mtime(path: Path) -> float:

@@ -7,19 +7,25 @@ outcome in ``state.json`` atomically.
 
 It starts for every job, so it is kept lean: started by path without ``site``, it imports a
 handful of standard modules (the rest only when needed) and uses one interval timer instead
-of threads.  :mod:`paiexp.backends.local` shares its file helpers.
+of threads; its file and process helpers are the standard-library-only
+:mod:`paiexp.jsonfiles` and :mod:`paiexp.processes`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
+
+if __name__ == "__main__":  # started by path without ``site``: the package's parent on the path
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from paiexp.jsonfiles import read_json, write_json_atomic
+from paiexp.processes import kill_group, process_start_time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -28,59 +34,6 @@ if TYPE_CHECKING:
 
 RUNNING, SUCCEEDED, FAILED, STOPPED = "RUNNING", "SUCCEEDED", "FAILED", "STOPPED"
 LOCK_FILE = "runner.lock"
-
-
-def write_json_atomic(path: str | os.PathLike[str], data: dict[str, Any]) -> None:
-    """Replace ``path`` with ``data`` so that a reader sees the old or the new file, never half."""
-    path = os.fspath(path)
-    directory, name = os.path.split(path)
-    temporary = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
-    with open(temporary, "w") as stream:
-        stream.write(json.dumps(data))
-    os.replace(temporary, path)
-
-
-def read_json(path: str | os.PathLike[str]) -> Any:
-    try:
-        with open(path) as stream:
-            return json.loads(stream.read())
-    except FileNotFoundError:
-        return None
-
-
-def process_stat(pid: int) -> list[str] | None:
-    """The fields of ``/proc/PID/stat`` after the command name (state first), or None."""
-    try:
-        with open(f"/proc/{pid}/stat") as stream:
-            return stream.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-
-
-def process_start_time(pid: int) -> str | None:
-    """The kernel's start time of ``pid`` (tells a live process from a reused pid)."""
-    fields = process_stat(pid)
-    return fields[19] if fields else None
-
-
-def lock_held(path: str | os.PathLike[str]) -> bool:
-    """Whether a runner holds the job's lock (it does for as long as it lives)."""
-    try:
-        descriptor = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(descriptor)
-    return False
-
-
-def kill_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
 
 
 class Runner:

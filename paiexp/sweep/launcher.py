@@ -42,12 +42,11 @@ from paiexp.backends import (
     JobStatus,
     create_backend,
 )
-from paiexp.backends.local import process_alive
-from paiexp.backends.local_runner import process_start_time
 from paiexp.config import Config, SweepConfig
 from paiexp.errors import UserError
 from paiexp.metrics import MetricPoint
 from paiexp.monitor import JobMonitor, JobResult
+from paiexp.processes import process_alive, process_start_time
 from paiexp.record import SourceInfo, source_info
 from paiexp.redact import redact_url
 from paiexp.spec import JobSpec

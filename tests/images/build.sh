@@ -4,12 +4,11 @@
 # engine as paiexp-test/bookworm-xgb:<hash of this script>. Built once per machine: an image
 # with that tag already there is kept. Prints the tag. Needs root, debootstrap and docker.
 #
-#   bash tests/images/build.sh            # PAIEXP_DEBIAN_MIRROR overrides the mirror
+#   bash tests/images/build.sh            # PAIEXP_DEBIAN_MIRROR overrides debootstrap's mirror
 set -euo pipefail
 
 PACKAGES="python-is-python3 python3-pip python3-numpy python3-pandas python3-xgboost"
 SUITE=bookworm
-MIRROR=${PAIEXP_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 TAG=paiexp-test/bookworm-xgb:$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-12)
 
 if docker image inspect "$TAG" >/dev/null 2>&1; then
@@ -24,7 +23,8 @@ command -v debootstrap >/dev/null || {
 rootfs=$(mktemp -d /var/tmp/paiexp-rootfs.XXXXXX)
 trap 'rm -rf "$rootfs"' EXIT
 started=$SECONDS
-debootstrap --variant=minbase --include=python3 "$SUITE" "$rootfs" "$MIRROR" >&2
+# debootstrap's own default mirror unless the environment names one.
+debootstrap --variant=minbase --include=python3 "$SUITE" "$rootfs" ${PAIEXP_DEBIAN_MIRROR:+"$PAIEXP_DEBIAN_MIRROR"} >&2
 # bookworm's python3-scipy (an xgboost dependency) depends on python3-pythran, a compiler
 # that needs none of it at run time but pulls in ~450 MB of C++ toolchain: a stand-in
 # package satisfies that dependency.
