@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
+from paiexp.errors import UserError
 from paiexp.spec import JobSpec
 
 
@@ -24,6 +25,11 @@ class JobState(StrEnum):
 
 class BackendUnavailable(RuntimeError):
     """The platform did not answer (after retries); the jobs themselves may be fine."""
+
+
+class JobRejected(UserError):
+    """This one job cannot run here (a swept instance type or image the backend cannot use);
+    other jobs of the same sweep may: its trial fails without a retry and the sweep goes on."""
 
 
 @dataclass(frozen=True)
