@@ -1,14 +1,90 @@
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
+
+
+# -- waiting: every wait in the tests has a deadline and says what never happened -------------
+
+
+def wait_until(
+    predicate: Callable[[], T], timeout: float = 60.0, what: str = "", interval: float = 0.05
+) -> T:
+    """Call ``predicate`` until it returns something true, and return that; fail the test
+    saying ``what`` never happened if ``timeout`` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            pytest.fail(
+                f"{what or getattr(predicate, '__name__', 'the condition')} "
+                f"did not happen within {timeout} s"
+            )
+        time.sleep(interval)
+
+
+def assert_stays(predicate: Callable[[], object], seconds: float, what: str) -> None:
+    """``predicate`` holds throughout ``seconds`` (checking that nothing happens: there is
+    no event to wait for, only a window to watch)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        assert predicate(), f"{what} no longer held"
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(0.05)
+
+
+# -- shared platforms: one emulator and one image check per session -----------------------------
+
+BUILD_SCRIPT = REPO / "tests" / "images" / "build.sh"
+
+
+def docker_image_tag() -> str:
+    """The tag build.sh gives the image: it changes whenever the script does."""
+    return f"paiexp-test/bookworm-xgb:{hashlib.sha256(BUILD_SCRIPT.read_bytes()).hexdigest()[:12]}"
+
+
+@pytest.fixture(scope="session")
+def docker_image() -> str:
+    """The test image in a running engine. Without either, the docker tests FAIL (never skip,
+    in CI or anywhere): deselect them explicitly with ``-m 'not docker'``."""
+    try:
+        import docker
+
+        client = docker.from_env()
+        client.ping()
+    except Exception as exc:
+        pytest.fail(f"no Docker engine answers: {exc} (deselect with -m 'not docker')")
+    tag = docker_image_tag()
+    try:
+        client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        pytest.fail(f"the test image {tag} is missing: run bash tests/images/build.sh")
+    return tag
+
+
+@pytest.fixture(scope="session")
+def pai_cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One PAI + OSS emulator for the session (tests that count its jobs or requests start
+    their own). Job names must be unique across the tests that share it."""
+    from emulator import Emulator
+
+    with Emulator(tmp_path_factory.mktemp("pai-cloud")) as emulator:
+        yield emulator
 
 
 @pytest.fixture

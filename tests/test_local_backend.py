@@ -1,4 +1,8 @@
-"""The local process backend against real processes: detached jobs, logs, stop, limits."""
+"""The local process backend against real processes: sessions, process groups, runners.
+
+What every backend does (idempotent submit, log cursor, stop, max_run_time, outputs, label,
+validate) is in test_backend_contract.py; this file keeps what is the local backend's own.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import assert_stays, wait_until
 
 from paiexp.backends import JobHandle, JobState, JobStatus
 from paiexp.backends.local import LocalBackend
@@ -23,13 +28,11 @@ def make_backend(tmp_path: Path, **options: object) -> LocalBackend:
 
 
 def wait_for(backend: LocalBackend, handle: JobHandle, timeout: float = 60) -> JobStatus:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def ended() -> JobStatus | None:
         status = backend.poll([handle])[handle.id]
-        if status.state.terminal:
-            return status
-        time.sleep(0.05)
-    raise AssertionError(f"job {handle.name} did not finish in {timeout} s")
+        return status if status.state.terminal else None
+
+    return wait_until(ended, timeout, f"job {handle.name} to end")
 
 
 def read_all_logs(backend: LocalBackend, handle: JobHandle) -> list[str]:
@@ -44,34 +47,23 @@ def pid_gone(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] == "Z"
 
 
-def test_job_runs_detached_and_logs_are_read_from_a_cursor(tmp_path: Path) -> None:
-    backend = make_backend(tmp_path)
-    spec = JobSpec(name="logs", command="echo one; echo two; sleep 0.3; printf 'three'")
-    handle = backend.submit(spec)
-    status = wait_for(backend, handle)
-    assert status.state is JobState.SUCCEEDED and status.exit_code == 0
-    first = backend.read_logs(handle, 0)
-    assert first.lines == ["one", "two"]  # the unterminated "three" waits for final=True
-    rest = backend.read_logs(handle, first.cursor, final=True)
-    assert rest.lines == ["three"]
-    assert backend.read_logs(handle, rest.cursor, final=True).lines == []
-    state = read_json(backend.job_dir("logs") / "state.json")
+def test_the_runner_leads_its_own_session_detached_from_the_launcher(tmp_path: Path) -> None:
+    backend = make_backend(tmp_path, stop_grace_period=1.0)
+    handle = backend.submit(JobSpec(name="detached", command="echo up; sleep 60"))
+    state_file = backend.job_dir("detached") / "state.json"
+
+    def running_state() -> dict | None:
+        state = read_json(state_file)
+        return state if state and state["state"] == "RUNNING" else None
+
+    state = wait_until(running_state, 30, "the runner to record the job RUNNING")
+    runner = state["runner_pid"]
+    assert os.getsid(runner) == runner  # checked while it runs: a session leader
+    assert os.getsid(runner) != os.getsid(os.getpid())  # not the launcher's session
+    backend.stop(handle)
+    assert wait_for(backend, handle, timeout=30).state is JobState.STOPPED
+    state = read_json(state_file)
     assert state["ended_at"] >= state["started_at"]
-    assert os.getsid(os.getpid()) != state["runner_pid"]  # the runner leads its own session
-
-
-def test_submit_is_idempotent_by_name(tmp_path: Path) -> None:
-    ledger = tmp_path / "ledger"
-    backend = make_backend(tmp_path)
-    spec = JobSpec(name="once", command=f"echo ran >> {ledger}")
-    first = backend.submit(spec)
-    second = backend.submit(spec)
-    assert first == second == backend.find("once")
-    wait_for(backend, first)
-    assert backend.submit(spec) == first
-    time.sleep(0.3)
-    assert ledger.read_text() == "ran\n"
-    assert backend.find("never-submitted") is None
 
 
 def test_failing_command_reports_its_exit_code(tmp_path: Path) -> None:
@@ -88,27 +80,24 @@ def test_stop_kills_the_whole_process_group(tmp_path: Path) -> None:
     pid_file = tmp_path / "child.pid"
     command = f"sleep 300 & echo $! > {pid_file}; echo started; wait"
     handle = backend.submit(JobSpec(name="stopme", command=command))
-    deadline = time.monotonic() + 30
-    while not (pid_file.exists() and pid_file.read_text().strip()):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(
+        lambda: pid_file.exists() and pid_file.read_text().strip(),
+        30,
+        "the job to write its background process's pid",
+    )
     grandchild = int(pid_file.read_text())
     assert not pid_gone(grandchild)
     backend.stop(handle)
     status = wait_for(backend, handle, timeout=30)
     assert status.state is JobState.STOPPED
-    deadline = time.monotonic() + 5
-    while not pid_gone(grandchild):
-        assert time.monotonic() < deadline, "the job's background process survived stop"
-        time.sleep(0.05)
+    wait_until(lambda: pid_gone(grandchild), 5, "the job's background process to die on stop")
 
 
 def test_stop_escalates_to_sigkill_after_the_grace_period(tmp_path: Path) -> None:
     backend = make_backend(tmp_path, stop_grace_period=0.5)
     command = "trap '' TERM; echo ready; while true; do sleep 0.1; done"
     handle = backend.submit(JobSpec(name="stubborn", command=command))
-    while "ready" not in read_all_logs(backend, handle):
-        time.sleep(0.05)
+    wait_until(lambda: "ready" in read_all_logs(backend, handle), 30, "the job to print ready")
     started = time.monotonic()
     backend.stop(handle)
     status = wait_for(backend, handle, timeout=30)
@@ -116,57 +105,31 @@ def test_stop_escalates_to_sigkill_after_the_grace_period(tmp_path: Path) -> Non
     assert time.monotonic() - started < 10
 
 
-def test_max_run_time_is_enforced(tmp_path: Path) -> None:
-    backend = make_backend(tmp_path, stop_grace_period=1.0)
-    handle = backend.submit(JobSpec(name="slow", command="sleep 60", max_run_time=1))
-    status = wait_for(backend, handle, timeout=30)
-    assert status.state is JobState.FAILED
-    assert status.reason == "exceeded max_run_time of 1 s"
-    assert status.ended_at - status.started_at < 10
-
-
 def test_killed_runner_is_reported_as_failed(tmp_path: Path) -> None:
     backend = make_backend(tmp_path)
     handle = backend.submit(JobSpec(name="orphan", command="echo up; sleep 60"))
-    while "up" not in read_all_logs(backend, handle):
-        time.sleep(0.05)
+    wait_until(lambda: "up" in read_all_logs(backend, handle), 30, "the job to print up")
     launch = read_json(backend.job_dir("orphan") / "state.json")
     os.kill(launch["runner_pid"], 9)
-    deadline = time.monotonic() + 10
-    while process_alive(launch["runner_pid"], launch["runner_start"]):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(
+        lambda: not process_alive(launch["runner_pid"], launch["runner_start"]),
+        10,
+        "the SIGKILLed runner to die",
+    )
     status = backend.poll([handle])[handle.id]
     assert status.state is JobState.FAILED and "runner" in (status.reason or "")
     backend.stop(handle)  # kills the orphaned command's group
     pgid = read_json(backend.job_dir("orphan") / "state.json")["pgid"]
-    deadline = time.monotonic() + 5
-    while not pid_gone(pgid):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(lambda: pid_gone(pgid), 5, "the orphaned command's group to die on stop")
 
 
-def test_outputs_output_parameters_and_local_destinations(tmp_path: Path) -> None:
-    destination = tmp_path / "exported-model"
+def test_output_parameters_written_under_the_output_directory(tmp_path: Path) -> None:
+    """By path, while PAI_OUTPUT_OUTPUT_PARAMETERS is missing locally (the contract suite's
+    output parameters scenario is an expected failure on local until it is set)."""
     backend = make_backend(tmp_path)
-    command = (
-        'echo weights > "$PAI_OUTPUT_MODEL/model.bin"; '
-        'echo 0.75 > "$PAI_WORKING_DIR/../output/output_parameters/auc"; '
-        'echo hello > "$PAI_OUTPUT_EXTRA/x.txt"'
-    )
-    spec = JobSpec(
-        name="outs",
-        command=command,
-        outputs={"model": str(destination), "extra": None},
-    )
-    handle = backend.submit(spec)
+    command = 'echo 0.75 > "$PAI_WORKING_DIR/../output/output_parameters/auc"'
+    handle = backend.submit(JobSpec(name="params", command=command))
     assert wait_for(backend, handle).state is JobState.SUCCEEDED
-    outputs = backend.outputs(handle)
-    assert set(outputs) == {"model", "checkpoints", "tensorboard", "extra"}
-    assert outputs["model"] == destination.as_uri()
-    assert (destination / "model.bin").read_text() == "weights\n"
-    extra = Path(outputs["extra"].removeprefix("file://"))
-    assert (extra / "x.txt").read_text() == "hello\n"
     assert backend.output_parameters(handle) == {"auc": 0.75}
     assert backend.console_url(handle) is None
 
@@ -209,10 +172,7 @@ def test_job_python_is_the_launchers_interpreter(tmp_path: Path) -> None:
     assert read_all_logs(backend, handle) == [sys.prefix]
 
 
-def test_validate_rejects_what_the_local_backend_cannot_run(tmp_path: Path) -> None:
-    backend = make_backend(tmp_path)
-    with pytest.raises(UserError, match=r"job\.inputs\.train: backend=local"):
-        backend.validate(JobSpec(name="x", command="true", inputs={"train": "oss://bkt/a.csv"}))
+def test_bad_backend_settings_are_user_errors(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="install_requirements"):
         make_backend(tmp_path, install_requirements="sometimes")
 
@@ -230,6 +190,11 @@ def test_a_second_runner_never_runs_the_job_again(tmp_path: Path) -> None:
     assert wait_for(backend, handle).state is JobState.SUCCEEDED
     for _ in range(2):  # and after the job ended
         backend._start_runner(job_dir, backend._environment(spec, job_dir))
-    time.sleep(1.0)
-    assert ledger.read_text() == "ran\n"
-    assert read_json(job_dir / "state.json")["state"] == "SUCCEEDED"
+    assert_stays(
+        lambda: (
+            ledger.read_text() == "ran\n"
+            and read_json(job_dir / "state.json")["state"] == "SUCCEEDED"
+        ),
+        1.0,
+        "one run, SUCCEEDED, with late runners started",
+    )
