@@ -68,6 +68,7 @@ def run_paiexp(root: Path) -> float:
     from paiexp.compose import locate_project, to_object
     from paiexp.sweep.launcher import Launcher, prepare_sweep
     from paiexp.sweep.progress import Progress
+    from paiexp.sweep.scheduler import Scheduler
 
     project = locate_project(str(root / "conf"))
     cfg = compose_config(project, ["+sweep=sleep"])
@@ -75,15 +76,18 @@ def run_paiexp(root: Path) -> float:
     prepared = prepare_sweep(cfg, config, project.base_dir, ("+sweep=sleep",))
     launcher = Launcher(prepared, Progress(JOBS, prepared.objectives))
     marks: dict[str, float] = {}
-    loop = launcher.loop
+    loop = Scheduler.run
 
-    def timed_loop() -> None:
+    def timed_loop(scheduler: Scheduler) -> None:
         marks["start"] = time.perf_counter()
-        loop()
+        loop(scheduler)
         marks["end"] = time.perf_counter()
 
-    launcher.loop = timed_loop  # type: ignore[method-assign]
-    outcome = launcher.run()
+    Scheduler.run = timed_loop  # type: ignore[method-assign]
+    try:
+        outcome = launcher.run()
+    finally:
+        Scheduler.run = loop  # type: ignore[method-assign]
     states = {t.state.name for t in outcome.study.trials}
     assert states == {"COMPLETE"} and len(outcome.study.trials) == JOBS, states
     return marks["end"] - marks["start"]

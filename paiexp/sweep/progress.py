@@ -6,7 +6,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rich.console import Console
 from rich.live import Live
@@ -14,12 +14,32 @@ from rich.table import Table
 from rich.text import Text
 
 from paiexp.redact import redact_url
+from paiexp.sweep.records import RETRIED
+
+if TYPE_CHECKING:
+    from optuna import Study
+
+    from paiexp.sweep.launcher import SweepOutcome
+    from paiexp.sweep.study import Objective
 
 TOP_TRIALS = 5
 
 
+class RunningSweep(Protocol):
+    """What the status line reads of a running sweep."""
+
+    @property
+    def study(self) -> Study: ...
+
+    @property
+    def running(self) -> int:
+        """Trials whose jobs run now."""
+
+
 class Progress:
-    def __init__(self, n_trials: int, objectives: Sequence[Any], console: Console | None = None):
+    def __init__(
+        self, n_trials: int, objectives: Sequence[Objective], console: Console | None = None
+    ) -> None:
         # Not a terminal (CI, a log file): wide enough that tables keep their numbers.
         self.console = console or Console(stderr=True, width=None if sys.stderr.isatty() else 160)
         self.n_trials = n_trials
@@ -27,13 +47,14 @@ class Progress:
         self.counts = {"COMPLETE": 0, "FAIL": 0, "PRUNED": 0}
         self.best_text = "-"
         self.started_at = time.monotonic()
-        self._running: Any = None
+        self._sweep: RunningSweep | None = None
         self._live: Live | None = None
 
     @contextmanager
-    def live(self, launcher: Any) -> Iterator[None]:
-        self._running = launcher
-        self._count_existing(launcher.study)
+    def live(self, sweep: RunningSweep) -> Iterator[None]:
+        """Show the status line, kept current, while the sweep runs."""
+        self._sweep = sweep
+        self._count_existing(sweep.study)
         with Live(
             self._status(), console=self.console, refresh_per_second=4, transient=True
         ) as live:
@@ -44,14 +65,14 @@ class Progress:
                 self._live = None
         self.console.print(self._status())
 
-    def _count_existing(self, study: Any) -> None:
+    def _count_existing(self, study: Study) -> None:
         for trial in study.get_trials(deepcopy=False):
-            if trial.state.name in self.counts and not trial.user_attrs.get("paiexp:retried"):
+            if trial.state.name in self.counts and not trial.user_attrs.get(RETRIED):
                 self.counts[trial.state.name] += 1
         self.best(study)
 
     def _status(self) -> Text:
-        running = len(self._running.inflight) if self._running else 0
+        running = self._sweep.running if self._sweep else 0
         elapsed = time.monotonic() - self.started_at
         return Text.assemble(
             ("sweep ", "bold"),
@@ -88,7 +109,7 @@ class Progress:
         )
         self.refresh()
 
-    def best(self, study: Any) -> None:
+    def best(self, study: Study) -> None:
         from optuna.trial import TrialState
 
         if not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
@@ -101,7 +122,11 @@ class Progress:
 
 
 def print_summary(
-    console: Console, outcome: Any, objectives: Sequence[Any], storage: str, study_name: str
+    console: Console,
+    outcome: SweepOutcome,
+    objectives: Sequence[Objective],
+    storage: str,
+    study_name: str,
 ) -> None:
     """Top trials, best parameters, and how to browse the results."""
     from optuna.trial import TrialState
@@ -111,7 +136,7 @@ def print_summary(
     if complete:
         if len(objectives) == 1:
             reverse = objectives[0].direction == "maximize"
-            top = sorted(complete, key=lambda t: t.value, reverse=reverse)[:TOP_TRIALS]
+            top = sorted(complete, key=lambda t: t.values[0], reverse=reverse)[:TOP_TRIALS]
         else:
             top = study.best_trials[:TOP_TRIALS]
         table = Table(title=f"top trials of study {study_name}")

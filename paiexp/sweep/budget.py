@@ -1,0 +1,58 @@
+"""The trial budget: which trials count toward ``sweep.n_trials``, which failed, which re-run.
+
+A failed trial that is re-run (its parameters enqueued again) is marked ``paiexp:retried``
+and counts no more: its retry counts in its place, so ``n_trials`` is the study's total of
+distinct points however often the platform lost their jobs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from paiexp.sweep.records import ATTEMPT, RETRIED, RETRY_OF
+
+if TYPE_CHECKING:
+    from optuna import Study, Trial
+    from optuna.trial import FrozenTrial
+
+
+class TrialBudget:
+    def __init__(self, study: Study, retries: int) -> None:
+        self.study = study
+        self.retries = retries
+
+    def counted(self) -> int:
+        """Trials toward n_trials: running or finished; a re-run failure counts via its retry."""
+        from optuna.trial import TrialState
+
+        return sum(
+            1
+            for t in self.study.get_trials(deepcopy=False)
+            if t.state is not TrialState.WAITING and not retried(t)
+        )
+
+    def failures(self) -> int:
+        """Failed trials that were not re-run."""
+        from optuna.trial import TrialState
+
+        failed = self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+        return sum(1 for t in failed if not retried(t))
+
+    def may_retry(self, trial: Trial) -> bool:
+        """Whether a trial failed for a platform reason has attempts left."""
+        return int(trial.user_attrs.get(ATTEMPT, 0)) < self.retries
+
+    def retry(self, trial: Trial, *, consume_attempt: bool = True) -> None:
+        """Enqueue the trial's parameters again; the trial then no longer counts.
+
+        An interrupted trial is re-run without using up an attempt: no platform failed it.
+        """
+        trial.set_user_attr(RETRIED, True)
+        attempt = int(trial.user_attrs.get(ATTEMPT, 0)) + int(consume_attempt)
+        self.study.enqueue_trial(
+            dict(trial.params), user_attrs={ATTEMPT: attempt, RETRY_OF: trial.number}
+        )
+
+
+def retried(trial: FrozenTrial) -> bool:
+    return bool(trial.user_attrs.get(RETRIED))

@@ -1,0 +1,207 @@
+"""The sweep's loop: every in-flight job served by one poll per tick, slots refilled at once.
+
+Each tick: submit while a slot is free and the budget allows; poll all jobs in one backend
+call; read each job's new log lines; report the pruning metric's new steps and stop a job the
+pruner condemns; tell a trial the moment its job ends.  An interrupt stops submitting, then
+stops the running jobs (``on_interrupt: stop``) or leaves them running for the next launch
+(``detach``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from paiexp.backends import BackendUnavailable, JobState, JobStatus
+from paiexp.metrics import MetricPoint
+from paiexp.monitor import JobResult
+from paiexp.spec import JobSpec
+from paiexp.sweep.records import PRUNING
+from paiexp.sweep.trial_jobs import InFlight, TrialJobs
+
+if TYPE_CHECKING:
+    from optuna import Study
+
+    from paiexp.config import SweepConfig
+    from paiexp.sweep.budget import TrialBudget
+    from paiexp.sweep.progress import Progress
+    from paiexp.sweep.study import Objective, PruningSignal
+    from paiexp.sweep.tracker_protocol import Tracker
+
+
+class Scheduler:
+    def __init__(
+        self,
+        jobs: TrialJobs,
+        budget: TrialBudget,
+        sweep: SweepConfig,
+        pruning: PruningSignal | None,
+        tracker: Tracker,
+        progress: Progress,
+    ) -> None:
+        self.jobs = jobs
+        self.budget = budget
+        self.sweep = sweep
+        self.pruning = pruning
+        self.tracker = tracker
+        self.progress = progress
+        self.backend = jobs.backend
+        self.inflight: list[InFlight] = []
+        self.interrupts = 0
+        self.stop_reason: str | None = None
+        self.stop_failed = False  # stopped by failures (max_failures, tracking, refusal)
+        self.started = time.monotonic()
+
+    @property
+    def study(self) -> Study:
+        return self.jobs.study
+
+    @property
+    def running(self) -> int:
+        return len(self.inflight)
+
+    def follow(self, flights: Iterable[InFlight]) -> None:
+        """Serve jobs launched elsewhere (adopted from a launcher that is gone)."""
+        self.inflight.extend(flights)
+
+    def interrupt(self) -> None:
+        """Ctrl-C: no new trials, running jobs stopped or detached; a second one exits."""
+        self.interrupts += 1
+        if self.interrupts > 1:
+            raise KeyboardInterrupt  # leave at once; the study resumes
+        action = (
+            "stopping running jobs"
+            if self.sweep.on_interrupt == "stop"
+            else "leaving running jobs to a later launch"
+        )
+        self.progress.say(f"interrupted: no new trials; {action} (Ctrl-C again to exit at once)")
+
+    def run(self) -> None:
+        """Run trials until the budget is spent or the sweep stops, and their jobs ended."""
+        while True:
+            if self.interrupts:
+                if self.sweep.on_interrupt == "detach":
+                    return  # trials stay RUNNING; the next launch re-attaches to their jobs
+                self._stop_all()
+            while self._can_submit():
+                flight = self.jobs.start()
+                if flight is not None:
+                    self.inflight.append(flight)
+            if not self.inflight:
+                return
+            self.jobs.label_runs()
+            handles = [f.handle for f in self.inflight]
+            try:
+                statuses = self.backend.poll(handles)
+            except BackendUnavailable as exc:  # the jobs run on regardless: ask again later
+                self.progress.say(f"backend unavailable, polling again: {exc}")
+                self.backend.wait(handles, self.backend.poll_interval)
+                continue
+            for flight in list(self.inflight):
+                status = statuses[flight.handle.id]
+                points = flight.monitor.pull(final=status.state.terminal)
+                if status.state.terminal:
+                    self.inflight.remove(flight)
+                    self._complete(flight, status)
+                elif points:
+                    self._observe(flight, points)
+            self.progress.refresh()
+            if self.inflight and not self._slot_free():
+                self.backend.wait([f.handle for f in self.inflight], self.backend.poll_interval)
+
+    def _stop_all(self) -> None:
+        for flight in self.inflight:
+            if not flight.interrupted:
+                flight.interrupted = True
+                self.backend.stop(flight.handle)
+
+    def _slot_free(self) -> bool:
+        return len(self.inflight) < self.sweep.parallelism and self._can_submit()
+
+    def _can_submit(self) -> bool:
+        if self.stop_reason or len(self.inflight) >= self.sweep.parallelism:
+            return False
+        stop = self._why_stop()
+        if stop is not None:
+            self.stop_reason, self.stop_failed = stop
+            return False
+        return self.budget.counted() < self.sweep.n_trials
+
+    def _why_stop(self) -> tuple[str, bool] | None:
+        """Why no more trials may start, if so, and whether that fails the sweep."""
+        sweep = self.sweep
+        if self.jobs.refused:
+            return self.jobs.refused, True
+        if self.interrupts:
+            return "interrupted", False
+        if self.tracker.fatal:
+            return f"MLflow tracking failed: {self.tracker.fatal}", True
+        if sweep.timeout is not None and time.monotonic() - self.started > sweep.timeout:
+            return f"sweep.timeout of {sweep.timeout:g} s reached", False
+        if sweep.max_failures is not None:
+            failures = self.budget.failures()
+            if failures >= sweep.max_failures:
+                reason = (
+                    f"{failures} trials failed (sweep.max_failures={sweep.max_failures}); "
+                    "see their failure reasons"
+                )
+                return reason, True
+        return None
+
+    def _observe(self, flight: InFlight, points: list[MetricPoint]) -> None:
+        """Report the pruning metric's new steps; stop the job when Optuna says prune."""
+        pruning = self.pruning
+        if pruning is None or flight.pruning or flight.interrupted:
+            return
+        reported = False
+        for point in points:
+            if point.name == pruning.metric and point.step not in flight.reported:
+                flight.trial.report(pruning.sign * point.value, point.step)
+                flight.reported.add(point.step)
+                reported = True
+        if reported and flight.trial.should_prune():
+            flight.pruning = True
+            flight.trial.set_user_attr(PRUNING, True)
+            self.backend.stop(flight.handle)
+
+    def _complete(self, flight: InFlight, status: JobStatus) -> None:
+        from optuna.trial import TrialState
+
+        result = flight.monitor.result(status)
+        if flight.pruning:
+            self.jobs.tell(flight, TrialState.PRUNED, result=result)
+        elif status.state is JobState.SUCCEEDED:
+            values, problem = objective_values(self.jobs.objectives, flight.spec, result)
+            if problem:
+                self.jobs.tell(flight, TrialState.FAIL, result=result, reason=problem)
+            else:
+                self.jobs.tell(flight, TrialState.COMPLETE, result=result, values=values)
+        elif flight.interrupted:
+            reason = "interrupted: the sweep was stopped"
+            self.jobs.tell(flight, TrialState.FAIL, result=result, reason=reason, rerun=True)
+        else:
+            reason = status.reason or f"job {status.state.value.lower()}"
+            rerun = status.infrastructure and self.budget.may_retry(flight.trial)
+            self.jobs.tell(flight, TrialState.FAIL, result=result, reason=reason, rerun=rerun)
+
+
+def objective_values(
+    objectives: Sequence[Objective], spec: JobSpec, result: JobResult
+) -> tuple[list[float], str | None]:
+    """The objectives' values a job printed, or why there are none to tell."""
+    regexes = {d.name: d.regex for d in spec.metric_definitions}
+    values = []
+    for objective in objectives:
+        value = result.metrics.get(objective.metric)
+        if value is None:
+            tail = "\n".join(result.log_tail[-10:])
+            return [], (
+                f"objective metric {objective.metric!r} never matched regex "
+                f"{regexes.get(objective.metric)!r}; log tail:\n{tail}"
+            )
+        if math.isnan(value):
+            return [], f"objective metric {objective.metric!r} is NaN"
+        values.append(value)
+    return values, None

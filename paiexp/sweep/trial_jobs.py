@@ -1,0 +1,204 @@
+"""Each trial's job and run: asked for, submitted (or found again), told how it ended.
+
+A trial records its job's name before the job exists and the job's id once it is submitted
+(see :mod:`paiexp.sweep.records`): a launcher that dies in between leaves enough for the next
+one to find the job again, or to submit it under the same name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from paiexp.backends import JobHandle
+from paiexp.errors import UserError
+from paiexp.monitor import JobMonitor, JobResult
+from paiexp.spec import JobSpec
+from paiexp.sweep.records import JOB_ID, JOB_NAME, OWNER, PRUNING, REASON, REASON_LIMIT, job_name
+from paiexp.sweep.tracking import TRIAL_STATE_TO_RUN_STATUS, TrialRecord
+
+if TYPE_CHECKING:
+    from optuna import Study, Trial
+    from optuna.trial import FrozenTrial, TrialState
+
+    from paiexp.sweep.budget import TrialBudget
+    from paiexp.sweep.launcher import PreparedSweep
+    from paiexp.sweep.progress import Progress
+    from paiexp.sweep.tracker_protocol import Tracker
+
+
+@dataclass
+class InFlight:
+    """A trial whose job runs."""
+
+    trial: Trial
+    spec: JobSpec
+    handle: JobHandle
+    monitor: JobMonitor
+    pruning: bool = False  # the pruner condemned it; its job is being stopped
+    interrupted: bool = False  # the sweep was interrupted; its job is being stopped
+    reported: set[int] = field(default_factory=set)  # steps reported to the pruner
+
+
+class TrialJobs:
+    def __init__(
+        self,
+        prepared: PreparedSweep,
+        study: Study,
+        sweep_id: str,
+        budget: TrialBudget,
+        tracker: Tracker,
+        progress: Progress,
+        owner: str,
+    ) -> None:
+        self.study = study
+        self.sweep_id = sweep_id
+        self.budget = budget
+        self.tracker = tracker
+        self.progress = progress
+        self.owner = owner
+        self.backend = prepared.backend
+        self.builder = prepared.trials
+        self.study_name = prepared.study_name
+        self.objectives = prepared.objectives
+        self.distributions = prepared.space.distributions()
+        self.log_root = prepared.base_dir / ".paiexp" / "logs"
+        self.unlabelled: dict[str, JobHandle] = {}  # jobs not yet told their run's id
+        self.refused: str | None = None  # why the platform refuses this sweep's jobs
+
+    def job_name(self, number: int) -> str:
+        return job_name(self.study_name, self.sweep_id, number)
+
+    def spec(self, params: dict[str, Any], number: int, name: str) -> JobSpec:
+        """The trial's job; a UserError when the schema rejects a swept value."""
+        spec = self.builder.spec(params, name)
+        labels = {"paiexp-study": self.study_name, "paiexp-trial": str(number)}
+        return dataclasses.replace(spec, labels={**spec.labels, **labels})
+
+    def record(self, params: dict[str, Any], spec: JobSpec) -> TrialRecord:
+        return TrialRecord(spec, self.builder.data(params))
+
+    def start(self) -> InFlight | None:
+        """Ask for a new trial and launch it; None if it ended at once (failed)."""
+        trial = self.study.ask(self.distributions)
+        trial.set_user_attr(OWNER, self.owner)
+        trial.set_user_attr(JOB_NAME, self.job_name(trial.number))
+        return self.launch(trial)
+
+    def launch(self, trial: Trial, *, adopted: FrozenTrial | None = None) -> InFlight | None:
+        """Submit (or find again) the trial's job and have its child run created; None if
+        the trial failed instead. ``adopted``: the trial as a launcher that is gone left it."""
+        name = str(trial.user_attrs[JOB_NAME])
+        try:
+            spec = self.spec(trial.params, trial.number, name)
+        except UserError as exc:  # a swept value the schema rejects: this trial cannot run
+            self.fail(trial, str(exc))
+            return None
+        try:
+            handle = self.backend.submit(spec)
+        except UserError as exc:  # the platform refused the job: the next would fare no better
+            self.start_child(trial, spec, adopted=adopted is not None)
+            self.fail(trial, f"submission rejected: {exc}", job_name=name)
+            self.refused = f"submission rejected: {exc}"
+            return None
+        except (OSError, RuntimeError) as exc:
+            self.start_child(trial, spec, adopted=adopted is not None)
+            self.fail(trial, f"submission failed: {exc}", job_name=name, infrastructure=True)
+            return None
+        trial.set_user_attr(JOB_ID, handle.id)
+        self.start_child(trial, spec, adopted=adopted is not None)
+        self.unlabelled[name] = handle
+        monitor = JobMonitor(self.backend, handle, spec, self.log_root / f"{name}.log")
+        flight = InFlight(trial, spec, handle, monitor)
+        if adopted is not None:
+            flight.reported = set(adopted.intermediate_values)
+            flight.pruning = bool(adopted.user_attrs.get(PRUNING))
+        self.progress.started(trial.number)
+        return flight
+
+    def start_child(self, trial: Trial, spec: JobSpec, *, adopted: bool) -> None:
+        params = dict(trial.params)
+        tags = {
+            "mlflow.runName": f"trial-{trial.number}",
+            "paiexp.trial_number": str(trial.number),
+            "paiexp.sweep_id": self.sweep_id,
+            "optuna.params": str({k: str(v) for k, v in params.items()}),
+        }
+        self.tracker.start_child(spec.name, self.record(params, spec), tags, adopted=adopted)
+
+    def label_runs(self) -> None:
+        """Label each job with its MLflow run's id once the tracking process has made it."""
+        run_ids = self.tracker.run_ids
+        for name in [n for n in self.unlabelled if n in run_ids]:
+            self.backend.label(self.unlabelled.pop(name), {"paiexp-run": run_ids[name]})
+
+    def tell(
+        self,
+        flight: InFlight,
+        state: TrialState,
+        *,
+        result: JobResult,
+        values: list[float] | None = None,
+        reason: str | None = None,
+        rerun: bool = False,
+    ) -> None:
+        """Finish the trial of a job that ended, and its run."""
+        trial = flight.trial
+        if reason:
+            trial.set_user_attr(REASON, reason[:REASON_LIMIT])
+        if rerun:
+            self.budget.retry(trial, consume_attempt=not flight.interrupted)
+        self.study.tell(trial, values or None, state=state, skip_if_finished=True)
+        self.tracker.finish_child(
+            flight.spec.name,
+            result,
+            flight.monitor.take_unlogged(),
+            TRIAL_STATE_TO_RUN_STATUS[state.name],
+            reason,
+            {"paiexp.trial_state": state.name},
+        )
+        self.progress.finished(trial.number, state.name, values, reason)
+        self.publish_best()
+
+    def fail(
+        self,
+        trial: Trial,
+        reason: str,
+        *,
+        job_name: str | None = None,
+        infrastructure: bool = False,
+    ) -> None:
+        """Fail a trial whose job never ran (or was lost), and its run if it has one.
+        ``infrastructure``: the platform's fault, so the point is re-run within retries."""
+        from optuna.trial import TrialState
+
+        trial.set_user_attr(REASON, reason[:REASON_LIMIT])
+        if infrastructure and self.budget.may_retry(trial):
+            self.budget.retry(trial)
+        self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+        if job_name:
+            self.tracker.fail_child(job_name, reason)
+        self.progress.finished(trial.number, "FAIL", None, reason)
+
+    def publish_best(self) -> None:
+        """The best value (or Pareto front) so far, on the parent run and the terminal."""
+        from optuna.trial import TrialState
+
+        complete = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if not complete:
+            return
+        metrics: dict[str, float] = {}
+        best_job: str | None = None
+        if len(self.objectives) == 1:
+            best = self.study.best_trial
+            metrics[f"best_{self.objectives[0].metric}"] = float(best.values[0])
+            tags = {"paiexp.best_trial": str(best.number), "paiexp.best_value": repr(best.value)}
+            tags.update({f"paiexp.best.{k}": str(v) for k, v in best.params.items()})
+            best_job = best.user_attrs.get(JOB_NAME)
+        else:
+            front = self.study.best_trials
+            metrics["pareto_front_size"] = float(len(front))
+            tags = {"paiexp.best_trials": ",".join(str(t.number) for t in front)}
+        self.progress.best(self.study)
+        self.tracker.update_best(metrics, len(complete), tags, best_job)
