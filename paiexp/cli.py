@@ -230,12 +230,10 @@ def _sweep(prepared: PreparedSweep) -> int:
 
 
 def _get_run(tracker: MlflowTracker, run_id: str) -> TrackedRun:
-    from mlflow.exceptions import MlflowException
-
-    try:
-        return tracker.get_run(run_id)
-    except MlflowException:
-        raise UserError(f"run_id: no MLflow run {run_id!r} in {tracker.uri}") from None
+    tracked = tracker.get_run(run_id)
+    if tracked is None:
+        raise UserError(f"run_id: no MLflow run {run_id!r} in {tracker.uri}")
+    return tracked
 
 
 COMMANDS = {

@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from paiexp.tracking import MlflowTracker
 
 METRIC_FLUSH_SECONDS = 5.0
-TERMINAL_RUN_STATUSES = ("FINISHED", "FAILED", "KILLED")
 Echo = Callable[[str], None]
 
 
@@ -149,7 +148,7 @@ def attach(
 
     Returns no result when the run was closed already.
     """
-    from paiexp.tracking import CONFIG_ARTIFACT, SPEC_ARTIFACT
+    from paiexp.tracking import CONFIG_ARTIFACT, SPEC_ARTIFACT, TERMINAL_RUN_STATUSES
 
     tracked = tracker.find_run(job_name)
     if tracked is None:

@@ -3,7 +3,9 @@
 What a run holds: params (flattened hyperparameters and the job's image, instance type,
 backend, command), metrics with steps, tags (job name and id, backend, status, model URI,
 console URL, code version, config hash), and artifacts (the resolved config, the spec, the
-hyperparameters and the job's log).  MLflow is imported only when a tracker is created.
+hyperparameters and the job's log).  Every MLflow client call of paiexp is made here, and
+params and tags are cut to MLflow's limits here.  MLflow is imported only when a tracker is
+created.
 """
 
 from __future__ import annotations
@@ -28,15 +30,22 @@ if TYPE_CHECKING:
 
 TAG_PREFIX = "paiexp."
 JOB_NAME_TAG = "paiexp.job_name"
+SWEEP_ID_TAG = "paiexp.sweep_id"
+PARENT_RUN_TAG = "mlflow.parentRunId"
 CONFIG_ARTIFACT = "config/resolved.yaml"
 SPEC_ARTIFACT = "job/spec.json"
-RUN_STATUS = {
+MAX_TAG_CHARS = 5000
+PARAM_MAX_CHARS = 6000
+
+# The MLflow run status that each ending of a job, or of an Optuna trial (by its TrialState
+# name), gives its run; and the statuses of a closed run.
+JOB_STATE_TO_RUN_STATUS = {
     JobState.SUCCEEDED: "FINISHED",
     JobState.FAILED: "FAILED",
     JobState.STOPPED: "KILLED",
 }
-MAX_TAG_CHARS = 5000
-PARAM_MAX_CHARS = 6000
+TRIAL_STATE_TO_RUN_STATUS = {"COMPLETE": "FINISHED", "FAIL": "FAILED", "PRUNED": "KILLED"}
+TERMINAL_RUN_STATUSES = frozenset(JOB_STATE_TO_RUN_STATUS.values())
 
 
 @dataclass(frozen=True)
@@ -66,19 +75,19 @@ class MlflowTracker:
             _, errors = creating.communicate()
             if creating.returncode != 0:
                 raise RuntimeError(f"creating {self.uri} failed: {errors.strip()[-2000:]}")
-        self.client = MlflowClient(tracking_uri=self.uri)
+        self._client = MlflowClient(tracking_uri=self.uri)
         self.experiment_id = self._experiment_id(experiment)
 
     def _experiment_id(self, name: str) -> str:
         from mlflow.exceptions import MlflowException
 
-        experiment = self.client.get_experiment_by_name(name)
+        experiment = self._client.get_experiment_by_name(name)
         if experiment is not None:
             return str(experiment.experiment_id)
         try:
-            return str(self.client.create_experiment(name))
+            return str(self._client.create_experiment(name))
         except MlflowException:  # created concurrently by another launcher
-            experiment = self.client.get_experiment_by_name(name)
+            experiment = self._client.get_experiment_by_name(name)
             if experiment is None:
                 raise
             return str(experiment.experiment_id)
@@ -96,36 +105,77 @@ class MlflowTracker:
         """Create the run with its tags only (one round trip); see :meth:`log_record`."""
         tags = dict(record.tags())
         if parent_run_id:
-            tags["mlflow.parentRunId"] = parent_run_id
+            tags[PARENT_RUN_TAG] = parent_run_id
         tags.update(extra_tags or {})
-        run = self.client.create_run(
-            self.experiment_id, run_name=run_name or record.spec.name, tags=tags
+        return self._create(run_name or record.spec.name, tags)
+
+    def find_or_create_sweep_run(
+        self,
+        sweep_id: str,
+        *,
+        known_run_id: str | None,
+        run_name: str,
+        tags: Mapping[str, str],
+        params: Mapping[str, str],
+    ) -> str:
+        """A sweep's parent run: ``known_run_id`` when this experiment holds it, else the run
+        tagged with ``sweep_id``, else a new one with ``tags`` and ``params``."""
+        known = self.get_run(known_run_id) if known_run_id else None
+        if known is not None and known.experiment_id == self.experiment_id:
+            return known.run_id
+        found = self._client.search_runs(
+            [self.experiment_id],
+            filter_string=f"tags.`{SWEEP_ID_TAG}` = '{sweep_id}'",
+            max_results=1,
+        )
+        if found:
+            return str(found[0].info.run_id)
+        run_id = self._create(run_name, {SWEEP_ID_TAG: sweep_id, "paiexp.kind": "sweep", **tags})
+        self._client.log_batch(run_id, params=_params(params))
+        return run_id
+
+    def _create(self, run_name: str, tags: Mapping[str, str]) -> str:
+        run = self._client.create_run(
+            self.experiment_id, run_name=run_name, tags={k: _clip(v) for k, v in tags.items()}
         )
         return str(run.info.run_id)
 
     def log_record(self, run_id: str, record: RunRecord) -> None:
         """Params and config artifacts of a run; safe to repeat (same values)."""
-        from mlflow.entities import Param
-
-        params = [Param(key, value[:PARAM_MAX_CHARS]) for key, value in record.params().items()]
-        self.client.log_batch(run_id, params=params)
-        self.client.log_text(run_id, record.config_yaml, CONFIG_ARTIFACT)
-        self.client.log_text(run_id, record.spec_json(), SPEC_ARTIFACT)
-        self.client.log_dict(run_id, record.spec.hyperparameters, "job/hyperparameters.json")
+        self._client.log_batch(run_id, params=_params(record.params()))
+        self._client.log_text(run_id, record.config_yaml, CONFIG_ARTIFACT)
+        self._client.log_text(run_id, record.spec_json(), SPEC_ARTIFACT)
+        self._client.log_dict(run_id, record.spec.hyperparameters, "job/hyperparameters.json")
 
     def set_tags(self, run_id: str, tags: Mapping[str, str | None]) -> None:
-        from mlflow.entities import RunTag
-
-        items = [RunTag(k, _clip(v)) for k, v in tags.items() if v is not None]
+        """Set the tags whose value is not None."""
+        items = _tags(tags)
         if items:
-            self.client.log_batch(run_id, tags=items)
+            self._client.log_batch(run_id, tags=items)
 
-    def log_metrics(self, run_id: str, points: Iterable[MetricPoint]) -> None:
-        from mlflow.entities import Metric
+    def log_metrics(
+        self,
+        run_id: str,
+        points: Iterable[MetricPoint],
+        *,
+        tags: Mapping[str, str | None] | None = None,
+    ) -> None:
+        """Metric points, and any ``tags`` with them, in one round trip."""
+        metrics = _metrics(points)
+        items = _tags(tags or {})
+        if metrics or items:
+            self._client.log_batch(run_id, metrics=metrics, tags=items)
 
-        metrics = [Metric(p.name, p.value, int(p.timestamp * 1000), p.step) for p in points]
-        if metrics:
-            self.client.log_batch(run_id, metrics=metrics)
+    def log_artifact(self, run_id: str, path: Path, artifact_dir: str) -> None:
+        self._client.log_artifact(run_id, str(path), artifact_dir)
+
+    def set_status(self, run_id: str, status: str) -> None:
+        """Change a run's status without ending it (a resumed sweep's parent: RUNNING)."""
+        self._client.update_run(run_id, status=status)
+
+    def terminate(self, run_id: str, status: str) -> None:
+        """Close a run with one of :data:`TERMINAL_RUN_STATUSES`."""
+        self._client.set_terminated(run_id, status=status)
 
     def finish(
         self,
@@ -142,13 +192,13 @@ class MlflowTracker:
         ``status`` and ``reason`` override what the job's own state implies (a sweep fails a
         trial whose job succeeded but never printed the objective).
         """
-        from mlflow.entities import Metric, Param, RunTag
+        from mlflow.entities import Metric
 
-        status = status or RUN_STATUS[result.status.state]
+        status = status or JOB_STATE_TO_RUN_STATUS[result.status.state]
         if reason is None and result.status.state is not JobState.SUCCEEDED:
             reason = result.status.reason
         now = int(time.time() * 1000)
-        metrics = [Metric(p.name, p.value, int(p.timestamp * 1000), p.step) for p in unlogged]
+        metrics = _metrics(unlogged)
         for name, value in result.output_parameters.items():
             step = len(result.series.get(name, ()))
             metrics.append(Metric(name, value, now, step))
@@ -167,41 +217,55 @@ class MlflowTracker:
                 f"{name}: log {log_value:g}, platform {platform_value:g}"
                 for name, (log_value, platform_value) in sorted(result.mismatches.items())
             )
-        run_tags = [RunTag(k, _clip(v)) for k, v in tags.items() if v is not None]
-        params = [Param("paiexp.model_uri", result.model_uri)] if result.model_uri else []
-        self.client.log_batch(run_id, metrics=metrics, params=params, tags=run_tags)
+        params = _params({"paiexp.model_uri": result.model_uri} if result.model_uri else {})
+        self._client.log_batch(run_id, metrics=metrics, params=params, tags=_tags(tags))
         if result.log_path is not None and result.log_path.exists():
-            self.client.log_artifact(run_id, str(result.log_path), "logs")
-        self.client.set_terminated(run_id, status=status)
+            self.log_artifact(run_id, result.log_path, "logs")
+        self.terminate(run_id, status)
 
     def fail(self, run_id: str, reason: str) -> None:
         """Close a run whose job never got to run (e.g. the submission itself failed)."""
         self.set_tags(
             run_id, {"paiexp.status": JobState.FAILED.value, "paiexp.failure_reason": reason}
         )
-        self.client.set_terminated(run_id, status="FAILED")
+        self.terminate(run_id, "FAILED")
 
     # -- reading ---------------------------------------------------------------------------
 
     def find_run(self, job_name: str) -> TrackedRun | None:
         """The run that tracks the job called ``job_name``, in any experiment."""
-        runs = self.client.search_runs(
-            experiment_ids=[e.experiment_id for e in self.client.search_experiments()],
+        runs = self._client.search_runs(
+            experiment_ids=[e.experiment_id for e in self._client.search_experiments()],
             filter_string=f"tags.`{JOB_NAME_TAG}` = '{job_name}'",
             max_results=1,
         )
         return _tracked(runs[0]) if runs else None
 
+    def child_runs(self, parent_run_id: str) -> dict[str, TrackedRun]:
+        """A parent run's children, by the name of the job each tracks."""
+        found = self._client.search_runs(
+            [self.experiment_id],
+            filter_string=f"tags.`{PARENT_RUN_TAG}` = '{parent_run_id}'",
+            max_results=50000,
+        )
+        return {run.data.tags.get(JOB_NAME_TAG, ""): _tracked(run) for run in found}
+
     def logged_steps(self, run_id: str, names: Iterable[str]) -> dict[str, int]:
         """How many steps of each metric a run holds (its highest step + 1)."""
         steps = {}
         for name in names:
-            history = self.client.get_metric_history(run_id, name)
+            history = self._client.get_metric_history(run_id, name)
             steps[name] = max((m.step for m in history), default=-1) + 1
         return steps
 
-    def get_run(self, run_id: str) -> TrackedRun:
-        return _tracked(self.client.get_run(run_id))
+    def get_run(self, run_id: str) -> TrackedRun | None:
+        """The run with this id; None when MLflow has none."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return _tracked(self._client.get_run(run_id))
+        except MlflowException:
+            return None
 
     def load_text(self, run_id: str, artifact: str) -> str:
         import mlflow
@@ -209,7 +273,7 @@ class MlflowTracker:
         return str(mlflow.artifacts.load_text(f"{self.artifact_uri(run_id)}/{artifact}"))
 
     def artifact_uri(self, run_id: str) -> str:
-        return str(self.client.get_run(run_id).info.artifact_uri)
+        return str(self._client.get_run(run_id).info.artifact_uri)
 
 
 def _tracked(run: Any) -> TrackedRun:
@@ -219,6 +283,26 @@ def _tracked(run: Any) -> TrackedRun:
         status=run.info.status,
         tags=dict(run.data.tags),
     )
+
+
+def _params(values: Mapping[str, str]) -> list[Any]:
+    """MLflow params, each cut to MLflow's limit."""
+    from mlflow.entities import Param
+
+    return [Param(key, value[:PARAM_MAX_CHARS]) for key, value in values.items()]
+
+
+def _tags(values: Mapping[str, str | None]) -> list[Any]:
+    """MLflow tags of the values that are not None, each clipped to :data:`MAX_TAG_CHARS`."""
+    from mlflow.entities import RunTag
+
+    return [RunTag(key, _clip(value)) for key, value in values.items() if value is not None]
+
+
+def _metrics(points: Iterable[MetricPoint]) -> list[Any]:
+    from mlflow.entities import Metric
+
+    return [Metric(p.name, p.value, int(p.timestamp * 1000), p.step) for p in points]
 
 
 def _clip(value: str) -> str:

@@ -1,0 +1,170 @@
+"""The channel between a sweep's launcher and its tracking process: typed calls and replies.
+
+The launcher sends one frozen message per call, in order; the tracking process answers with
+the runs it created, the calls that failed and, last, that it closed.  Everything here is
+plain picklable data: the launcher never imports MLflow.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from paiexp.metrics import MetricPoint
+from paiexp.monitor import JobResult
+from paiexp.record import SourceInfo
+from paiexp.spec import JobSpec
+
+
+@dataclass(frozen=True)
+class TrackingSetup:
+    """What the tracking process needs to know of the sweep."""
+
+    tracker_uri: str | None
+    experiment: str
+    storage: str
+    study_name: str
+    backend: Any  # the backend's config, to read finished jobs when reconciling
+    base_dir: Path
+    overrides: tuple[str, ...]
+    source: SourceInfo | None
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """What a trial's run records: its job and its resolved config."""
+
+    spec: JobSpec
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class FinishedTrial:
+    """A trial that had finished before this launch: reconciling checks its run is closed."""
+
+    job_name: str
+    number: int
+    state: str  # the name of its Optuna TrialState
+    reason: str | None
+    record: TrialRecord
+    tags: dict[str, str]
+
+
+@dataclass(frozen=True)
+class NewParentRun:
+    """What a sweep's parent run is created with, when there is none yet."""
+
+    run_name: str
+    tags: dict[str, str]
+    params: dict[str, str]
+
+
+# -- calls ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OpenParent:
+    """Find or create the sweep's parent run and mark it RUNNING again."""
+
+    sweep_id: str
+    known_run_id: str | None
+    new: NewParentRun
+    invocation: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Reconcile:
+    """Give each trial that finished before this launch a closed run."""
+
+    trials: tuple[FinishedTrial, ...]
+
+
+@dataclass(frozen=True)
+class StartChild:
+    """Create a trial's run (reuse an adopted trial's) and log its record."""
+
+    job_name: str
+    record: TrialRecord
+    tags: dict[str, str]
+    adopted: bool
+
+
+@dataclass(frozen=True)
+class FinishChild:
+    """Log what a trial's job left and close its run."""
+
+    job_name: str
+    result: JobResult
+    unlogged: tuple[MetricPoint, ...]
+    status: str
+    reason: str | None
+    tags: dict[str, str]
+
+
+@dataclass(frozen=True)
+class FailChild:
+    """Close the run of a trial whose job never ran (or was lost)."""
+
+    job_name: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class UpdateBest:
+    """The study's best so far, on the parent run; the best trial's run tagged."""
+
+    metrics: dict[str, float]
+    step: int
+    tags: dict[str, str]
+    best_job: str | None
+
+
+@dataclass(frozen=True)
+class FinishParent:
+    """The study's plots and trials table on the parent run; then close it."""
+
+    interrupted: bool
+
+
+@dataclass(frozen=True)
+class Close:
+    """The last message: the tracking process answers :class:`Closed` and exits."""
+
+
+Call = OpenParent | Reconcile | StartChild | FinishChild | FailChild | UpdateBest | FinishParent
+
+
+def call_name(call: Call) -> str:
+    """The call's name in messages to the user: ``StartChild`` -> ``start_child``."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", type(call).__name__).lower()
+
+
+# -- replies --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunCreated:
+    """A trial's run exists: the launcher labels the trial's job with its id."""
+
+    job_name: str
+    run_id: str
+
+
+@dataclass(frozen=True)
+class CallFailed:
+    """A call failed; ``fatal`` when nothing can be tracked any more (no parent run)."""
+
+    text: str
+    fatal: bool
+
+
+@dataclass(frozen=True)
+class Closed:
+    """Every call is done; ``uri`` is the tracking URI, None when MLflow never opened."""
+
+    uri: str | None
+
+
+Reply = RunCreated | CallFailed | Closed

@@ -1,0 +1,271 @@
+"""The tracking process of a sweep: applies the launcher's calls to MLflow, in order.
+
+It dies with the launcher (a crash loses at most queued calls, which the next launch
+reconciles), ignores Ctrl-C (an interrupted sweep still closes its runs), yields the CPU to
+starting jobs, and when idle imports what the end-of-sweep plots need.  Every MLflow call goes
+through :class:`paiexp.tracking.MlflowTracker`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import signal
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, assert_never
+
+from paiexp.metrics import MetricPoint
+from paiexp.monitor import JobMonitor
+from paiexp.record import RunRecord, make_record
+from paiexp.sweep.study_artifacts import study_artifacts, warm_up
+from paiexp.sweep.tracking_messages import (
+    Call,
+    CallFailed,
+    Close,
+    Closed,
+    FailChild,
+    FinishChild,
+    FinishedTrial,
+    FinishParent,
+    OpenParent,
+    Reconcile,
+    RunCreated,
+    StartChild,
+    TrackingSetup,
+    TrialRecord,
+    UpdateBest,
+    call_name,
+)
+from paiexp.tracking import TERMINAL_RUN_STATUSES, TRIAL_STATE_TO_RUN_STATUS
+
+if TYPE_CHECKING:
+    from paiexp.tracking import MlflowTracker
+
+log = logging.getLogger(__name__)
+
+PARENT_RUN_ATTR = "paiexp:parent_run_id"  # the study's user attribute naming its parent run
+WORKER_NICENESS = 10
+IDLE_SECONDS_BEFORE_WARM_UP = 0.5
+
+
+def serve(setup: TrackingSetup, calls: Any, replies: Any, launcher_pid: int) -> None:
+    """The tracking process: applies the launcher's calls in order until :class:`Close`."""
+    _die_with(launcher_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
+    with contextlib.suppress(OSError):
+        os.nice(WORKER_NICENESS)  # bookkeeping yields the CPU to starting jobs
+    worker = TrackingWorker(setup)
+    warmed = False
+    while True:
+        idle_wait = None if warmed or not worker.opened else IDLE_SECONDS_BEFORE_WARM_UP
+        try:  # when idle, import what the end-of-sweep plots need (never ahead of a call)
+            message: Call | Close = calls.get(timeout=idle_wait)
+        except queue.Empty:
+            warmed = True
+            with contextlib.suppress(Exception):
+                warm_up()
+            continue
+        if isinstance(message, Close):
+            replies.put(Closed(worker.tracker.uri if worker.opened else None))
+            return
+        if worker.fatal:
+            continue
+        try:
+            created = worker.apply(message)
+        except Exception as exc:  # tracking must never take the sweep down
+            text = f"{call_name(message)}: {exc}"
+            fatal = not worker.parent_run_id  # nothing can be tracked without a parent run
+            if fatal:
+                worker.fatal = text
+            else:
+                log.warning("MLflow tracking call failed: %s", text)
+            replies.put(CallFailed(text, fatal))
+            continue
+        if created is not None:  # the launcher labels the trial's job with its run
+            replies.put(created)
+
+
+def _die_with(launcher_pid: int) -> None:
+    """Be killed with the launcher (Linux), as a thread would be: a launcher killed with
+    SIGKILL must not leave this process writing runs the next launch also writes."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != launcher_pid:
+        os._exit(0)
+
+
+class TrackingWorker:
+    """The sweep's runs in MLflow: a parent run per study, a child run per trial."""
+
+    def __init__(self, setup: TrackingSetup) -> None:
+        self.setup = setup
+        self.fatal: str | None = None
+        self.parent_run_id = ""
+        self.runs: dict[str, str] = {}  # job name -> run id
+        self._best_run_id: str | None = None
+        self._tracker: MlflowTracker | None = None
+        self._study: Any = None
+
+    @property
+    def opened(self) -> bool:
+        return self._tracker is not None
+
+    @property
+    def tracker(self) -> MlflowTracker:
+        if self._tracker is None:
+            from paiexp.tracking import MlflowTracker
+
+            self._tracker = MlflowTracker(self.setup.tracker_uri, self.setup.experiment)
+        return self._tracker
+
+    @property
+    def study(self) -> Any:
+        if self._study is None:
+            import optuna
+
+            from paiexp.sweep.study import create_storage
+
+            optuna.logging.set_verbosity(optuna.logging.WARNING)
+            self._study = optuna.load_study(
+                study_name=self.setup.study_name, storage=create_storage(self.setup.storage)
+            )
+        return self._study
+
+    def apply(self, call: Call) -> RunCreated | None:
+        """Carry out one call; a trial's run, when the call created one."""
+        match call:
+            case OpenParent():
+                self.open_parent(call)
+            case Reconcile():
+                self.reconcile(call.trials)
+            case StartChild():
+                return RunCreated(call.job_name, self.start_child(call))
+            case FinishChild():
+                self.tracker.finish(
+                    self.runs[call.job_name],
+                    call.result,
+                    unlogged=call.unlogged,
+                    status=call.status,
+                    reason=call.reason,
+                    extra_tags=call.tags,
+                )
+            case FailChild():
+                self.tracker.fail(self.runs[call.job_name], call.reason)
+            case UpdateBest():
+                self.update_best(call)
+            case FinishParent():
+                self.finish_parent(interrupted=call.interrupted)
+            case _:
+                assert_never(call)
+        return None
+
+    # -- parent ----------------------------------------------------------------------------
+
+    def open_parent(self, call: OpenParent) -> None:
+        """Find or create the study's parent run and mark it RUNNING again."""
+        run_id = self.tracker.find_or_create_sweep_run(
+            call.sweep_id,
+            known_run_id=call.known_run_id,
+            run_name=call.new.run_name,
+            tags=call.new.tags,
+            params=call.new.params,
+        )
+        if run_id != call.known_run_id:
+            self.study.set_user_attr(PARENT_RUN_ATTR, run_id)
+        self.tracker.set_status(run_id, "RUNNING")
+        self.tracker.set_tags(run_id, call.invocation)
+        self.parent_run_id = run_id
+
+    def update_best(self, call: UpdateBest) -> None:
+        now = time.time()
+        points = [MetricPoint(name, value, call.step, now) for name, value in call.metrics.items()]
+        self.tracker.log_metrics(self.parent_run_id, points, tags=call.tags)
+        best_run_id = self.runs.get(call.best_job) if call.best_job else None
+        if best_run_id and best_run_id != self._best_run_id:
+            if self._best_run_id:
+                self.tracker.set_tags(self._best_run_id, {"paiexp.best": "false"})
+            self.tracker.set_tags(best_run_id, {"paiexp.best": "true"})
+            self._best_run_id = best_run_id
+
+    def finish_parent(self, *, interrupted: bool) -> None:
+        """Plots and the trials table as artifacts; then close the parent run.
+
+        An interrupted launch closes it KILLED at once; the next full launch draws the plots.
+        """
+        if not interrupted:
+            with tempfile.TemporaryDirectory() as directory:
+                for artifact_dir, path in study_artifacts(self.study, Path(directory)):
+                    self.tracker.log_artifact(self.parent_run_id, path, artifact_dir)
+        self.tracker.terminate(self.parent_run_id, "KILLED" if interrupted else "FINISHED")
+
+    # -- children --------------------------------------------------------------------------
+
+    def start_child(self, call: StartChild) -> str:
+        """Create a trial's run (an adopted trial's may exist: reuse it) and log its record."""
+        record = self.record(call.record)
+        existing = self.tracker.child_runs(self.parent_run_id) if call.adopted else {}
+        if call.job_name in existing:
+            run_id = existing[call.job_name].run_id
+        else:
+            run_name = call.tags.get("mlflow.runName", call.job_name)
+            run_id = self.create_child(record, run_name, call.tags)
+        self.runs[call.job_name] = run_id
+        self.tracker.log_record(run_id, record)
+        return run_id
+
+    def reconcile(self, trials: Iterable[FinishedTrial]) -> None:
+        """Give each trial that had finished before this launch a closed run: a crash may
+        have dropped the calls that were queued for it."""
+        from paiexp.backends import create_backend
+
+        children = self.tracker.child_runs(self.parent_run_id)
+        backend = create_backend(self.setup.backend, self.setup.base_dir)
+        log_root = self.setup.base_dir / ".paiexp" / "logs"
+        for trial in trials:
+            child = children.get(trial.job_name)
+            if child is not None and child.status in TERMINAL_RUN_STATUSES:
+                continue
+            if child is None:
+                record = self.record(trial.record)
+                run_id = self.create_child(record, f"trial-{trial.number}", trial.tags)
+                self.tracker.log_record(run_id, record)
+            else:
+                run_id = child.run_id
+            self.runs[trial.job_name] = run_id
+            handle = backend.find(trial.job_name)
+            if handle is None:
+                self.tracker.fail(run_id, trial.reason or "the job was never submitted")
+                continue
+            spec = trial.record.spec
+            monitor = JobMonitor(backend, handle, spec, log_root / f"{trial.job_name}.log")
+            job_status = backend.poll([handle])[handle.id]
+            monitor.pull(final=True)
+            self.tracker.finish(
+                run_id,
+                monitor.result(job_status),
+                unlogged=monitor.take_unlogged(),
+                status=TRIAL_STATE_TO_RUN_STATUS[trial.state],
+                reason=trial.reason,
+                extra_tags={"paiexp.trial_state": trial.state},
+            )
+
+    def create_child(self, record: RunRecord, run_name: str, tags: dict[str, str]) -> str:
+        return self.tracker.create_run(
+            record, run_name=run_name, parent_run_id=self.parent_run_id, extra_tags=tags
+        )
+
+    def record(self, record: TrialRecord) -> RunRecord:
+        return make_record(
+            record.data,
+            record.spec,
+            project_dir=self.setup.base_dir,
+            overrides=self.setup.overrides,
+            source=self.setup.source,
+        )
