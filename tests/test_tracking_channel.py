@@ -1,0 +1,101 @@
+"""The sweep's tracking channel: typed calls applied to a real MLflow (a temporary SQLite file)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+from mlflow.tracking import MlflowClient
+
+from paiexp.spec import JobSpec
+from paiexp.sweep.study import create_storage
+from paiexp.sweep.tracking import SweepTracker
+from paiexp.sweep.tracking_messages import (
+    FinishParent,
+    NewParentRun,
+    OpenParent,
+    RunCreated,
+    StartChild,
+    TrackingSetup,
+    TrialRecord,
+    UpdateBest,
+)
+from paiexp.sweep.tracking_worker import PARENT_RUN_ATTR, TrackingWorker
+from paiexp.tracking import MAX_TAG_CHARS, PARAM_MAX_CHARS
+
+
+def setup_in(root: Path, tracker_uri: str | None = None) -> TrackingSetup:
+    storage = str(root / "optuna.journal")
+    optuna.create_study(study_name="syn", storage=create_storage(storage))
+    return TrackingSetup(
+        tracker_uri=tracker_uri or f"sqlite:///{root / 'mlflow.db'}",
+        experiment="channel",
+        storage=storage,
+        study_name="syn",
+        backend=None,
+        base_dir=root,
+        overrides=(),
+        source=None,
+    )
+
+
+def open_parent(sweep_id: str, known_run_id: str | None) -> OpenParent:
+    new = NewParentRun(
+        run_name="syn",
+        tags={"paiexp.long": "t" * (MAX_TAG_CHARS + 100)},
+        params={"space.x": "p" * (PARAM_MAX_CHARS + 100)},
+    )
+    return OpenParent(sweep_id, known_run_id, new, {"paiexp.invocation": "python -m paiexp"})
+
+
+def start_child(job_name: str, number: int, *, adopted: bool = False) -> StartChild:
+    spec = JobSpec(name=job_name, command="python train.py", hyperparameters={"x": str(number)})
+    data = {"backend": {"name": "local"}, "job": {"name": "syn"}}
+    tags = {"mlflow.runName": f"trial-{number}", "paiexp.trial_number": str(number)}
+    return StartChild(job_name, TrialRecord(spec, data), tags, adopted)
+
+
+def test_parent_run_is_found_again_and_one_child_is_tagged_best(tmp_path: Path) -> None:
+    setup = setup_in(tmp_path)
+    worker = TrackingWorker(setup)
+    worker.apply(open_parent("sweep-1", None))
+    parent_id = worker.parent_run_id
+    assert worker.study.user_attrs[PARENT_RUN_ATTR] == parent_id
+    created = [worker.apply(start_child(f"job-{n}", n)) for n in range(2)]
+    assert created == [RunCreated(f"job-{n}", worker.runs[f"job-{n}"]) for n in range(2)]
+    worker.apply(UpdateBest({"best_score": 0.5}, 1, {"paiexp.best_trial": "0"}, "job-0"))
+    worker.apply(UpdateBest({"best_score": 0.25}, 2, {"paiexp.best_trial": "1"}, "job-1"))
+
+    client = MlflowClient(tracking_uri=setup.tracker_uri)
+    parent = client.get_run(parent_id)
+    assert parent.info.status == "RUNNING"
+    assert parent.data.params["space.x"] == "p" * PARAM_MAX_CHARS
+    assert len(parent.data.tags["paiexp.long"]) == MAX_TAG_CHARS
+    assert parent.data.tags["paiexp.sweep_id"] == "sweep-1"
+    assert parent.data.metrics["best_score"] == 0.25
+    assert parent.data.tags["paiexp.best_trial"] == "1"
+    best = {n: client.get_run(worker.runs[f"job-{n}"]).data.tags["paiexp.best"] for n in (0, 1)}
+    assert best == {0: "false", 1: "true"}
+
+    # A relaunch finds the same parent (by the study's record, else by the sweep id) and
+    # reuses an adopted trial's run instead of creating another.
+    for known_run_id in (parent_id, None):
+        again = TrackingWorker(setup)
+        again.apply(open_parent("sweep-1", known_run_id))
+        assert again.parent_run_id == parent_id
+    adopted = again.apply(start_child("job-0", 0, adopted=True))
+    assert adopted == RunCreated("job-0", worker.runs["job-0"])
+    again.apply(FinishParent(interrupted=True))
+    assert client.get_run(parent_id).info.status == "KILLED"
+    assert len(client.search_runs([parent.info.experiment_id])) == 3
+
+
+def test_a_call_failing_before_the_parent_run_exists_is_fatal(tmp_path: Path) -> None:
+    unusable = f"sqlite:///{tmp_path / 'missing-dir' / 'mlflow.db'}"
+    tracker = SweepTracker(setup_in(tmp_path, tracker_uri=unusable))
+    tracker.open_parent("sweep-1", None, {"study_name": "syn", "tags": {}, "params": {}}, {})
+    tracker.fail_child("job-0", "never tracked")  # skipped: tracking stopped
+    assert tracker.close() is None  # MLflow never opened
+    assert tracker.fatal is not None and tracker.fatal.startswith("open_parent: ")
+    assert tracker.errors == [tracker.fatal]
+    assert tracker.run_ids == {}
