@@ -1,0 +1,356 @@
+"""The launcher against an in-memory backend and a recording tracker: no processes, no sleeps.
+
+Real Optuna (a journal file per test), real config composition; jobs are scripted by their
+hyperparameter ``x`` (see ``fake_backend``), and time moves only when the launcher waits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import signal
+import socket
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_backend import FakeBackend, Script
+from rich.console import Console
+from sweep_helpers import synthetic_project
+
+from paiexp.backends import JobState
+from paiexp.compose import compose, locate_project, to_object
+from paiexp.spec import JobSpec
+from paiexp.sweep.launcher import Launcher, PreparedSweep, SweepOutcome, prepare_sweep
+from paiexp.sweep.opening import open_study, sweep_id
+from paiexp.sweep.progress import Progress
+from paiexp.sweep.records import JOB_NAME, OWNER, job_name
+from paiexp.sweep.resume import reopen
+from paiexp.sweep.tracking import TrackingSetup
+
+
+class RecordingTracker:
+    """The tracker's methods, recorded; every child run exists as soon as it is started."""
+
+    def __init__(self, setup: TrackingSetup) -> None:
+        self.setup = setup
+        self.calls: list[tuple[Any, ...]] = []
+        self.errors: list[str] = []
+        self.fatal: str | None = None
+        self.run_ids: dict[str, str] = {}
+
+    def open_parent(
+        self, sweep_id: str, known_run_id: str | None, create: Mapping[str, Any], invocation: Any
+    ) -> None:
+        self.calls.append(("open_parent", sweep_id, dict(create["params"])))
+
+    def reconcile(self, trials: list[dict[str, Any]]) -> None:
+        self.calls.append(("reconcile", [t["job_name"] for t in trials]))
+
+    def start_child(self, job_name: str, record: Any, tags: Any, *, adopted: bool = False) -> None:
+        self.calls.append(("start_child", job_name, adopted))
+        self.run_ids[job_name] = f"run-{job_name}"
+
+    def finish_child(
+        self, job_name: str, result: Any, unlogged: Any, status: str, reason: Any, tags: Any
+    ) -> None:
+        self.calls.append(("finish_child", job_name, status))
+
+    def fail_child(self, job_name: str, reason: str) -> None:
+        self.calls.append(("fail_child", job_name, reason))
+
+    def update_best(self, metrics: Any, step: int, tags: Any, best_job: str | None) -> None:
+        self.calls.append(("update_best", dict(metrics), best_job))
+
+    def finish_parent(self, *, interrupted: bool) -> None:
+        self.calls.append(("finish_parent", interrupted))
+
+    def close(self) -> str | None:
+        self.calls.append(("close",))
+        return "sqlite:///recorded.db"
+
+    def named(self, call: str) -> list[tuple[Any, ...]]:
+        return [c[1:] for c in self.calls if c[0] == call]
+
+
+@dataclasses.dataclass
+class Launch:
+    outcome: SweepOutcome
+    tracker: RecordingTracker
+    said: str  # what the terminal showed
+
+    def trials(self) -> list[tuple[str, dict[str, Any]]]:
+        return [(t.state.name, t.user_attrs) for t in self.outcome.study.trials]
+
+
+def x_of(spec: JobSpec) -> float:
+    return float(spec.hyperparameters["x"])
+
+
+def scored(x: float, steps: int = 2) -> Script:
+    """A job that prints ``steps`` losses, then its score x**2."""
+    losses = tuple(f"loss={x * x + 1.0 / (step + 1):.6f}" for step in range(steps))
+    return Script((*losses, f"score={x * x!r}"))
+
+
+def prepare(tmp_path: Path, backend: FakeBackend, **sweep: Any) -> PreparedSweep:
+    root = synthetic_project(
+        tmp_path, {"params": {"x": "interval(-1, 1)"}, "sampler": {"name": "random"}, **sweep}
+    )
+    project = locate_project(str(root / "conf"))
+    cfg = compose(project, ["+sweep=syn"])
+    prepared = prepare_sweep(cfg, to_object(cfg), project.base_dir, ("+sweep=syn",))
+    return dataclasses.replace(prepared, backend=backend)
+
+
+def launch(prepared: PreparedSweep) -> Launch:
+    trackers: list[RecordingTracker] = []
+
+    def factory(setup: TrackingSetup) -> RecordingTracker:
+        trackers.append(RecordingTracker(setup))
+        return trackers[-1]
+
+    console = Console(file=io.StringIO(), width=200)
+    progress = Progress(prepared.sweep.n_trials, prepared.objectives, console=console)
+    outcome = Launcher(prepared, progress, tracker_factory=factory).run()
+    assert isinstance(console.file, io.StringIO)
+    return Launch(outcome, trackers[0], console.file.getvalue())
+
+
+def interrupt_at(step: int) -> Callable[[int], None]:
+    """Ctrl-C, as the terminal sends it, once time reaches ``step``."""
+
+    def on_step(now: int) -> None:
+        if now == step:
+            signal.raise_signal(signal.SIGINT)
+
+    return on_step
+
+
+# -- scheduling ----------------------------------------------------------------------------
+
+
+def test_n_trials_is_exact_and_parallelism_is_never_exceeded(tmp_path: Path) -> None:
+    backend = FakeBackend(lambda spec: scored(x_of(spec), steps=3))
+    run = launch(prepare(tmp_path, backend, n_trials=5, parallelism=3))
+    assert [state for state, _ in run.trials()] == ["COMPLETE"] * 5
+    assert len(backend.created) == len(set(backend.created)) == 5
+    assert backend.concurrency == 3
+    assert backend.most_running == 3
+    assert [status for _, status in run.tracker.named("finish_child")] == ["FINISHED"] * 5
+    assert run.outcome.stop_reason is None and not run.outcome.failed
+
+
+def test_a_slot_is_refilled_the_moment_a_trial_ends(tmp_path: Path) -> None:
+    backend = FakeBackend(lambda spec: scored(x_of(spec), steps=round(x_of(spec) * 10)))
+    prepared = prepare(
+        tmp_path, backend, n_trials=3, parallelism=2, enqueue=[{"x": 0.1}, {"x": 0.9}, {"x": 0.2}]
+    )
+    launch(prepared)
+    short, long, third = (backend.jobs[name] for name in backend.created)
+    assert short.ended_at is not None and long.ended_at is not None
+    assert third.created_at == short.ended_at  # not one step later
+    assert third.created_at < long.ended_at  # no waiting for the batch
+
+
+# -- failures and retries ------------------------------------------------------------------
+
+
+def test_an_infrastructure_failure_is_rerun_within_retries_and_counted_once(
+    tmp_path: Path,
+) -> None:
+    def script(spec: JobSpec) -> Script:
+        if x_of(spec) == 0.5:
+            return Script(state=JobState.FAILED, reason="the node died", infrastructure=True)
+        return scored(x_of(spec))
+
+    backend = FakeBackend(script)
+    prepared = prepare(
+        tmp_path, backend, n_trials=2, parallelism=1, retries=1, enqueue=[{"x": 0.5}]
+    )
+    run = launch(prepared)
+    trials = run.outcome.study.trials
+    assert [t.state.name for t in trials] == ["FAIL", "FAIL", "COMPLETE"]
+    assert trials[0].user_attrs["paiexp:retried"] is True  # re-run once...
+    assert trials[1].params == trials[0].params
+    assert trials[1].user_attrs["paiexp:attempt"] == 1
+    assert "paiexp:retried" not in trials[1].user_attrs  # ...and no more: retries=1
+    assert trials[1].user_attrs["paiexp:failure_reason"] == "the node died"
+    assert trials[2].params["x"] != 0.5  # the point counted once: one new trial to n_trials=2
+    assert len(backend.created) == 3
+
+
+def test_a_script_failure_is_not_retried(tmp_path: Path) -> None:
+    backend = FakeBackend(lambda spec: Script(state=JobState.FAILED, reason="exit code 3"))
+    run = launch(prepare(tmp_path, backend, n_trials=2, parallelism=1, retries=2))
+    assert [(s, a.get("paiexp:retried")) for s, a in run.trials()] == [("FAIL", None)] * 2
+    assert all(a["paiexp:failure_reason"] == "exit code 3" for _, a in run.trials())
+    assert [status for _, status in run.tracker.named("finish_child")] == ["FAILED"] * 2
+    assert not run.outcome.failed  # failed trials do not fail a sweep without max_failures
+
+
+def test_max_failures_stops_submitting_and_says_why(tmp_path: Path) -> None:
+    backend = FakeBackend(lambda spec: Script(state=JobState.FAILED, reason="exit code 3"))
+    run = launch(prepare(tmp_path, backend, n_trials=6, parallelism=1, max_failures=2))
+    assert [state for state, _ in run.trials()] == ["FAIL", "FAIL"]
+    assert len(backend.created) == 2
+    assert run.outcome.failed
+    assert run.outcome.stop_reason == (
+        "2 trials failed (sweep.max_failures=2); see their failure reasons"
+    )
+
+
+def test_an_unusable_objective_fails_the_trial_with_the_log_tail(tmp_path: Path) -> None:
+    backend = FakeBackend(lambda spec: Script(("loss=1.0", "done")))
+    run = launch(prepare(tmp_path, backend, n_trials=1))
+    ((state, attrs),) = run.trials()
+    reason = attrs["paiexp:failure_reason"]
+    assert state == "FAIL"
+    assert reason.startswith("objective metric 'score' never matched regex")
+    assert reason.endswith("loss=1.0\ndone")
+
+
+# -- submission refused --------------------------------------------------------------------
+
+
+def test_a_job_the_platform_refuses_stops_the_sweep(tmp_path: Path) -> None:
+    backend = FakeBackend(lambda spec: Script(refused="the workspace has no quota"))
+    run = launch(prepare(tmp_path, backend, n_trials=3, retries=2))
+    assert [state for state, _ in run.trials()] == ["FAIL"]
+    assert run.outcome.failed
+    assert run.outcome.stop_reason == "submission rejected: the workspace has no quota"
+
+
+# -- pruning -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("objective_direction", "sign"), [("minimize", 1.0), ("maximize", -1.0)])
+def test_the_pruner_gets_its_metric_in_the_studys_direction_and_condemned_jobs_stop(
+    tmp_path: Path, objective_direction: str, sign: float
+) -> None:
+    backend = FakeBackend(lambda spec: scored(x_of(spec), steps=20))
+    prepared = prepare(
+        tmp_path,
+        backend,
+        objective={"metric": "score", "direction": objective_direction},
+        n_trials=3,
+        parallelism=1,
+        pruner={
+            "name": "median",
+            "metric": "loss",
+            "direction": "minimize",  # the loss falls as a good trial goes on
+            "options": {"n_startup_trials": 2, "n_warmup_steps": 1},
+        },
+        enqueue=[{"x": 0.0}, {"x": 0.1}, {"x": 0.9}],
+    )
+    run = launch(prepared)
+    trials = run.outcome.study.trials
+    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE", "PRUNED"]
+    assert trials[0].intermediate_values[3] == pytest.approx(sign * 0.25)  # loss=1/(step+1)
+    pruned = trials[2]
+    name = pruned.user_attrs[JOB_NAME]
+    assert backend.stopped == [name]
+    assert backend.jobs[name].printed < 20  # stopped early
+    assert max(pruned.intermediate_values) >= 1
+    assert run.tracker.named("finish_child")[-1] == (name, "KILLED")
+
+
+# -- interrupts ----------------------------------------------------------------------------
+
+
+def test_ctrl_c_stops_the_jobs_and_their_points_wait_to_run_again(tmp_path: Path) -> None:
+    backend = FakeBackend(lambda spec: scored(x_of(spec), steps=10), on_step=interrupt_at(2))
+    run = launch(prepare(tmp_path, backend, n_trials=4, parallelism=2))
+    trials = run.outcome.study.trials
+    assert [t.state.name for t in trials] == ["FAIL", "FAIL", "WAITING", "WAITING"]
+    assert sorted(backend.stopped) == sorted(backend.created) and len(backend.created) == 2
+    assert all(
+        t.user_attrs["paiexp:failure_reason"] == "interrupted: the sweep was stopped"
+        for t in trials[:2]
+    )
+    assert [t.user_attrs["paiexp:retry_of"] for t in trials[2:]] == [0, 1]
+    assert all(t.user_attrs["paiexp:attempt"] == 0 for t in trials[2:])  # not a failed attempt
+    assert run.outcome.interrupted and run.outcome.stop_reason == "interrupted"
+    assert not run.outcome.failed
+    assert run.tracker.named("finish_parent") == [(True,)]
+    assert "interrupted: no new trials; stopping running jobs" in run.said
+
+
+def test_ctrl_c_with_detach_leaves_the_jobs_running(tmp_path: Path) -> None:
+    backend = FakeBackend(lambda spec: scored(x_of(spec), steps=10), on_step=interrupt_at(2))
+    run = launch(prepare(tmp_path, backend, n_trials=4, parallelism=2, on_interrupt="detach"))
+    assert [state for state, _ in run.trials()] == ["RUNNING", "RUNNING"]
+    assert backend.stopped == []
+    assert len(backend.running()) == 2
+    assert run.outcome.interrupted
+    assert run.tracker.named("finish_child") == []
+    assert "leaving running jobs to a later launch" in run.said
+
+
+# -- resume --------------------------------------------------------------------------------
+
+
+def detached_sweep(tmp_path: Path, **sweep: Any) -> tuple[FakeBackend, PreparedSweep]:
+    """A sweep whose launcher detached from two running jobs and then died."""
+    backend = FakeBackend(lambda spec: scored(x_of(spec), steps=10), on_step=interrupt_at(2))
+    prepared = prepare(tmp_path, backend, parallelism=2, on_interrupt="detach", **sweep)
+    launch(prepared)
+    backend.on_step = None
+    study = open_study(prepared)
+    dead = f"{socket.gethostname()}:{os.getpid()}:0"  # this pid, another start: gone
+    for frozen in study.trials:
+        reopen(study, frozen).set_user_attr(OWNER, dead)
+    return backend, prepared
+
+
+def test_a_resumed_sweep_adopts_orphaned_trials_and_reattaches_by_job_name(
+    tmp_path: Path,
+) -> None:
+    backend, prepared = detached_sweep(tmp_path, n_trials=4)
+    study = open_study(prepared)
+    running = [frozen.user_attrs[JOB_NAME] for frozen in study.trials]
+    unsubmitted = study.ask(prepared.space.distributions())  # its launcher died before
+    unsubmitted_name = job_name("syn", sweep_id(study), unsubmitted.number)  # submitting
+    unsubmitted.set_user_attr(JOB_NAME, unsubmitted_name)
+
+    run = launch(prepared)
+    assert [state for state, _ in run.trials()] == ["COMPLETE"] * 4
+    assert len(backend.created) == len(set(backend.created)) == 4  # no job ran twice
+    assert backend.created[:3] == [*running, unsubmitted_name]
+    adopted = [(name, True) for name in [*running, unsubmitted_name]]
+    assert run.tracker.named("start_child")[:3] == adopted
+    assert all(f"re-attaching to job {name}" in run.said for name in running)
+    assert all(a[OWNER] != f"{socket.gethostname()}:{os.getpid()}:0" for _, a in run.trials())
+
+
+def test_a_job_lost_while_no_launcher_watched_fails_and_is_rerun(tmp_path: Path) -> None:
+    backend, prepared = detached_sweep(tmp_path, n_trials=2, retries=1)
+    lost, kept = (frozen.user_attrs[JOB_NAME] for frozen in open_study(prepared).trials)
+    backend.lose(lost)
+
+    run = launch(prepared)
+    trials = run.outcome.study.trials
+    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE", "COMPLETE"]
+    assert trials[0].user_attrs["paiexp:failure_reason"] == (
+        f"job {lost} was lost (not found after a restart)"
+    )
+    assert trials[0].user_attrs["paiexp:retried"] is True
+    assert trials[2].params == trials[0].params and trials[2].user_attrs["paiexp:attempt"] == 1
+    assert (lost, f"job {lost} was lost (not found after a restart)") in run.tracker.named(
+        "fail_child"
+    )
+    assert backend.created.count(kept) == 1  # re-attached, not resubmitted
+
+
+def test_trials_of_a_live_launcher_are_left_to_it(tmp_path: Path) -> None:
+    backend = FakeBackend(lambda spec: scored(x_of(spec), steps=10), on_step=interrupt_at(2))
+    prepared = prepare(tmp_path, backend, n_trials=2, parallelism=2, on_interrupt="detach")
+    launch(prepared)  # its owner, this process, is alive
+    backend.on_step = None
+
+    run = launch(prepared)
+    assert [state for state, _ in run.trials()] == ["RUNNING", "RUNNING"]
+    assert run.tracker.named("start_child") == []
+    assert len(backend.created) == 2
