@@ -215,6 +215,25 @@ def test_an_unusable_objective_fails_the_trial_with_the_log_tail(tmp_path: Path)
 # -- submission refused --------------------------------------------------------------------
 
 
+def test_a_rejected_job_fails_its_trial_and_the_sweep_goes_on(tmp_path: Path) -> None:
+    def script(spec: JobSpec) -> Script:
+        if x_of(spec) == 0.5:
+            return Script(rejected="instance type ecs.gn7 is not offered here")
+        return scored(x_of(spec))
+
+    backend = FakeBackend(script)
+    prepared = prepare(tmp_path, backend, n_trials=3, retries=2, enqueue=[{"x": 0.5}])
+    run = launch(prepared)
+    states = [(s, a.get("paiexp:retried")) for s, a in run.trials()]
+    assert states == [("FAIL", None), ("COMPLETE", None), ("COMPLETE", None)]
+    reason = "job rejected: instance type ecs.gn7 is not offered here"
+    assert run.trials()[0][1]["paiexp:failure_reason"] == reason
+    rejected = run.trials()[0][1][JOB_NAME]
+    assert run.tracker.named("fail_child") == [(rejected, reason)]
+    assert rejected not in backend.created
+    assert run.outcome.stop_reason is None and not run.outcome.failed
+
+
 def test_a_job_the_platform_refuses_stops_the_sweep(tmp_path: Path) -> None:
     backend = FakeBackend(lambda spec: Script(refused="the workspace has no quota"))
     run = launch(prepare(tmp_path, backend, n_trials=3, retries=2))

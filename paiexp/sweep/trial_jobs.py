@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from paiexp.backends import JobHandle
+from paiexp.backends import JobHandle, JobRejected
 from paiexp.errors import UserError
 from paiexp.monitor import JobMonitor, JobResult
 from paiexp.spec import JobSpec
@@ -97,6 +97,10 @@ class TrialJobs:
             return None
         try:
             handle = self.backend.submit(spec)
+        except JobRejected as exc:  # this job cannot run here; other points may
+            self.start_child(trial, spec, adopted=adopted is not None)
+            self.fail(trial, f"job rejected: {exc}", job_name=name)
+            return None
         except UserError as exc:  # the platform refused the job: the next would fare no better
             self.start_child(trial, spec, adopted=adopted is not None)
             self.fail(trial, f"submission rejected: {exc}", job_name=name)
