@@ -164,3 +164,11 @@ def all_runs(directory: Path) -> list:
     client = mlflow_client(directory)
     experiments = client.search_experiments()
     return client.search_runs([e.experiment_id for e in experiments]) if experiments else []
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that need the Docker engine and image are marked ``docker``."""
+    for item in items:
+        if "docker_image" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.docker)

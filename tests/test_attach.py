@@ -6,10 +6,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from conftest import all_runs, clean_env, mlflow_client, run_paiexp
+from conftest import all_runs, clean_env, mlflow_client, run_paiexp, wait_until
 
 from paiexp.jsonfiles import read_json
 from paiexp.processes import process_alive
@@ -21,14 +20,14 @@ COMMAND = (
 
 
 def wait_for_running_job(project: Path, timeout: float = 120) -> Path:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def started() -> Path | None:
         for job_dir in (project / ".paiexp" / "jobs").glob("xgb-*"):
             log = job_dir / "job.log"
             if log.exists() and "[1] validation" in log.read_text():
                 return job_dir
-        time.sleep(0.05)
-    raise AssertionError("no job started")
+        return None
+
+    return wait_until(started, timeout, "a job printing its second step")
 
 
 def test_job_outlives_a_killed_launcher_and_attach_tracks_its_end(project: Path) -> None:
@@ -88,14 +87,16 @@ def test_attach_does_not_log_again_what_the_dead_launcher_flushed(project: Path)
     )
     wait_for_running_job(project)
     client = mlflow_client(project)
-    deadline = time.monotonic() + 60
-    while True:  # until the launcher's periodic flush has put some steps in the run
+
+    def flushed_steps() -> list | None:
+        """The steps the launcher's periodic flush has put in the run so far."""
         runs = all_runs(project)
-        flushed = runs and client.get_metric_history(runs[0].info.run_id, "validation-logloss")
-        if flushed:
-            break
-        assert time.monotonic() < deadline, "the launcher never flushed metrics"
-        time.sleep(0.2)
+        if not runs:
+            return None
+        return client.get_metric_history(runs[0].info.run_id, "validation-logloss") or None
+
+    flushed = wait_until(flushed_steps, 60, "the launcher flushing metrics", interval=0.2)
+    runs = all_runs(project)
     os.kill(launcher.pid, signal.SIGKILL)
     launcher.wait()
     assert 0 < len(flushed) < 16

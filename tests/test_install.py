@@ -22,6 +22,7 @@ def pip(*args: str) -> None:
     )
 
 
+@pytest.mark.timeout(900)  # builds and installs a wheel (pip may take minutes)
 def test_init_writes_a_project_that_runs_from_a_normal_install(tmp_path: Path) -> None:
     pip("wheel", "--no-deps", "-w", str(tmp_path / "dist"), str(REPO))
     (wheel,) = (tmp_path / "dist").glob("paiexp-*.whl")

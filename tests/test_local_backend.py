@@ -108,8 +108,14 @@ def test_stop_escalates_to_sigkill_after_the_grace_period(tmp_path: Path) -> Non
 def test_killed_runner_is_reported_as_failed(tmp_path: Path) -> None:
     backend = make_backend(tmp_path)
     handle = backend.submit(JobSpec(name="orphan", command="echo up; sleep 60"))
+    state_file = backend.job_dir("orphan") / "state.json"
+    # The command may print before its runner has recorded the process group: wait for both.
     wait_until(lambda: "up" in read_all_logs(backend, handle), 30, "the job to print up")
-    launch = read_json(backend.job_dir("orphan") / "state.json")
+    launch = wait_until(
+        lambda: (state := read_json(state_file)) and "pgid" in state and state,
+        30,
+        "the runner to record the command's process group",
+    )
     os.kill(launch["runner_pid"], 9)
     wait_until(
         lambda: not process_alive(launch["runner_pid"], launch["runner_start"]),
@@ -119,7 +125,7 @@ def test_killed_runner_is_reported_as_failed(tmp_path: Path) -> None:
     status = backend.poll([handle])[handle.id]
     assert status.state is JobState.FAILED and "runner" in (status.reason or "")
     backend.stop(handle)  # kills the orphaned command's group
-    pgid = read_json(backend.job_dir("orphan") / "state.json")["pgid"]
+    pgid = launch["pgid"]
     wait_until(lambda: pid_gone(pgid), 5, "the orphaned command's group to die on stop")
 
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO, assert_nothing_started, clean_env, run_paiexp
+from conftest import REPO, assert_nothing_started, clean_env, run_paiexp, wait_until
 from emulator import Emulator
 from emulator.store import split_uri
 from sweep_helpers import load_study, sweep_runs, synthetic_project
@@ -67,6 +67,7 @@ def created_jobs(cloud: Emulator) -> Counter[str]:
     return Counter(job["TrainingJobName"] for job in cloud.jobs())
 
 
+@pytest.mark.timeout(660)  # its launcher may take up to 600 s
 def test_xgb_sweep_on_pai(cloud: Emulator, tmp_path: Path) -> None:
     root = project_with_pai(tmp_path / "project")
     started = time.monotonic()
@@ -212,10 +213,12 @@ def test_a_killed_launcher_reattaches_to_running_pai_jobs(cloud: Emulator, tmp_p
     launcher = subprocess.Popen(
         args, cwd=root, env=pai_env(cloud), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
-    deadline = time.monotonic() + 60
-    while sum(j["Status"] == "Running" for j in cloud.jobs()) < 2:
-        assert time.monotonic() < deadline and launcher.poll() is None
-        time.sleep(0.1)
+
+    def two_running() -> bool:
+        assert launcher.poll() is None, launcher.communicate()[1][-3000:]
+        return sum(j["Status"] == "Running" for j in cloud.jobs()) >= 2
+
+    wait_until(two_running, 60, "two PAI jobs of the sweep running", interval=0.1)
     os.kill(launcher.pid, signal.SIGKILL)
     launcher.wait()
     running = {j["TrainingJobId"] for j in cloud.jobs() if j["Status"] == "Running"}

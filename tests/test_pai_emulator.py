@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import tarfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from alibabacloud_aiworkspace20210204.client import Client as WorkspaceClient
 from alibabacloud_paistudio20220112 import models as pai
 from alibabacloud_paistudio20220112.client import Client as PaiClient
 from alibabacloud_tea_openapi import models as open_api_models
+from conftest import wait_until
 from emulator import Emulator
 from emulator.common import Credentials, FaultPlan
 from Tea.exceptions import TeaException
@@ -116,12 +116,11 @@ def create(
 
 
 def wait(client: PaiClient, job_id: str, until: set[str] = FINAL, timeout: float = 20) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
+    def reached() -> Any:
         job = client.get_training_job(job_id).body
-        if job.status in until or time.monotonic() > deadline:
-            return job
-        time.sleep(0.05)
+        return job if job.status in until else None
+
+    return wait_until(reached, timeout, f"job {job_id} reaching one of {sorted(until)}")
 
 
 def alive(pid: int) -> bool:
@@ -252,10 +251,11 @@ def test_stop_terminates_the_job_and_kills_its_process(emu: Emulator, client: Pa
     script = "import os, time; print('pid', os.getpid(), flush=True); time.sleep(60)"
     job_id = create(client, emu, "sleeper", ["python", "-c", script])
     assert wait(client, job_id, until={"Running"}).status == "Running"
-    logs: list[str] = []
-    deadline = time.monotonic() + 10
-    while not logs and time.monotonic() < deadline:
-        logs = client.list_training_job_logs(job_id, pai.ListTrainingJobLogsRequest()).body.logs
+    logs = wait_until(
+        lambda: client.list_training_job_logs(job_id, pai.ListTrainingJobLogsRequest()).body.logs,
+        10,
+        "the job's first log line",
+    )
     pid = int(logs[0].split()[1])
     client.stop_training_job(job_id)
     job = wait(client, job_id)

@@ -6,11 +6,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from conftest import clean_env, run_paiexp
+from conftest import clean_env, run_paiexp, wait_until
 from sweep_helpers import load_study, sweep_runs, synthetic_project
 
 from paiexp.jsonfiles import read_json
@@ -38,13 +37,6 @@ def start_sweep(root: Path, *args: str, env: dict[str, str] | None = None) -> su
         stderr=subprocess.PIPE,
         text=True,
     )
-
-
-def wait_until(predicate, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
 
 
 def running_jobs(root: Path) -> list[Path]:
@@ -148,7 +140,7 @@ def test_a_job_lost_to_the_platform_is_retried(tmp_path: Path) -> None:
         },
     )
     launcher = start_sweep(root)
-    wait_until(lambda: bool(running_jobs(root)))
+    wait_until(lambda: running_jobs(root), 60, "a job of the sweep to run")
     (victim,) = running_jobs(root)
     os.kill(read_json(victim / "state.json")["runner_pid"], signal.SIGKILL)
     _out, err = launcher.communicate(timeout=120)
@@ -172,7 +164,7 @@ def test_ctrl_c_stops_jobs_and_a_rerun_finishes_the_study(tmp_path: Path) -> Non
     )
     env = clean_env(LEDGER=str(ledger))
     launcher = start_sweep(root, env=env)
-    wait_until(lambda: len(running_jobs(root)) == 2)
+    wait_until(lambda: len(running_jobs(root)) == 2, 60, "two jobs of the sweep to run")
     stopped = [read_json(d / "state.json")["pgid"] for d in running_jobs(root)]
     launcher.send_signal(signal.SIGINT)
     _out, err = launcher.communicate(timeout=60)
@@ -210,7 +202,7 @@ def test_ctrl_c_with_detach_leaves_jobs_running_for_the_next_launch(tmp_path: Pa
     )
     env = clean_env(LEDGER=str(ledger))
     launcher = start_sweep(root, env=env)
-    wait_until(lambda: len(running_jobs(root)) == 2)
+    wait_until(lambda: len(running_jobs(root)) == 2, 60, "two jobs of the sweep to run")
     launcher.send_signal(signal.SIGINT)
     _, err = launcher.communicate(timeout=60)
     assert launcher.returncode == 130, err
