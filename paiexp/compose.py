@@ -9,15 +9,17 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from paiexp.config import BACKEND_SCHEMAS, Config, register_configs
+from paiexp.config import BACKENDS, Config, register_configs
 from paiexp.errors import UserError
 from paiexp.sweep.registry import register_selected_sweep
 
@@ -81,9 +83,9 @@ def to_object(cfg: DictConfig) -> Config:
 
 
 def to_container(cfg: DictConfig) -> dict[str, Any]:
-    """The resolved config as plain data (what is stored with a run)."""
+    """The resolved config as plain data (what is stored with a run): Enums as their strings."""
     try:
-        data = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+        data = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True, enum_to_str=True)
     except OmegaConfBaseException as exc:
         raise UserError(describe_error(exc)) from None
     assert isinstance(data, dict)
@@ -95,10 +97,13 @@ def from_yaml(text: str, overrides: Sequence[str] = ()) -> DictConfig:
     try:
         loaded = OmegaConf.create(text)
         backend_name = OmegaConf.select(loaded, "backend.name")
-        if backend_name not in BACKEND_SCHEMAS:
-            raise UserError(f"backend.name: unknown backend {backend_name!r} in stored config")
+        if backend_name not in BACKENDS:
+            raise UserError(
+                f"backend.name: unknown backend {backend_name!r} in stored config; "
+                f"available: {', '.join(BACKENDS)}"
+            )
         schema = OmegaConf.structured(Config)
-        schema.backend = OmegaConf.structured(BACKEND_SCHEMAS[backend_name])
+        schema.backend = OmegaConf.structured(BACKENDS[backend_name].schema)
         cfg = OmegaConf.merge(schema, loaded, OmegaConf.from_dotlist(list(overrides)))
     except OmegaConfBaseException as exc:
         raise UserError(describe_error(exc)) from None
@@ -165,10 +170,26 @@ def _describe_omegaconf(exc: OmegaConfBaseException) -> str:
             return f"{key}: unknown key; valid keys here: {valid}"
         return f"{key}: {message}"
     if isinstance(exc, ValidationError):
-        return f"{key}: {message}"
+        return _describe_choice(exc) or f"{key}: {message}"
     if isinstance(exc, InterpolationResolutionError):
         return f"{key}: cannot resolve interpolation: {message}"
     return f"{key}: {message}"
+
+
+def _describe_choice(exc: OmegaConfBaseException) -> str | None:
+    """For a key whose schema type is an Enum: the value given and the valid ones."""
+    schema = getattr(exc, "object_type", None)
+    if not (isinstance(schema, type) and dataclasses.is_dataclass(schema)):
+        return None
+    hint = typing.get_type_hints(schema).get(str(getattr(exc, "key", "")))
+    kinds = typing.get_args(hint) or (hint,)
+    choices = next((t for t in kinds if isinstance(t, type) and issubclass(t, Enum)), None)
+    if choices is None:
+        return None
+    valid = ", ".join(member.name for member in choices)  # OmegaConf matches names
+    optional = " or null" if type(None) in kinds else ""
+    value = getattr(exc, "value", None)
+    return f"{exc.full_key}: invalid value {value!r}; expected one of {valid}{optional}"
 
 
 def _first_line(text: str) -> str:

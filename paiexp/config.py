@@ -8,12 +8,59 @@ key or a value of the wrong type is an error at composition time.  Schemas live 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from paiexp.metrics import MetricDefinition
+
+# Fixed choices.  OmegaConf matches a YAML string to an Enum member by NAME: names equal values.
+
+
+class InstallMode(StrEnum):
+    """When a backend on this machine pip-installs a job's requirements."""
+
+    auto = "auto"  # only when the environment does not satisfy them already
+    always = "always"
+    never = "never"
+
+
+class InterruptMode(StrEnum):
+    """What Ctrl-C does to a sweep's running jobs."""
+
+    stop = "stop"
+    detach = "detach"  # leave them running; resume the sweep later
+
+
+class Direction(StrEnum):
+    minimize = "minimize"
+    maximize = "maximize"
+
+
+class PaiJobType(StrEnum):
+    """AlgorithmSpec.JobType of a PAI training job."""
+
+    PyTorchJob = "PyTorchJob"
+    TFJob = "TFJob"
+    XGBoostJob = "XGBoostJob"
+    MPIJob = "MPIJob"
+    OneFlowJob = "OneFlowJob"
+    ElasticBatchJob = "ElasticBatchJob"
+
+
+class SpotStrategy(StrEnum):
+    """ComputeResource.SpotSpec.SpotStrategy."""
+
+    SpotWithPriceLimit = "SpotWithPriceLimit"
+    SpotAsPriceGo = "SpotAsPriceGo"
+
+
+class Scheme(StrEnum):
+    """How the PAI API is reached."""
+
+    https = "https"
+    http = "http"
 
 
 @dataclass
@@ -44,8 +91,7 @@ class LocalBackendConfig:
     root: str = ".paiexp/jobs"
     poll_interval: float = 0.2
     stop_grace_period: float = 10.0
-    # auto: pip-install only requirements the current environment does not satisfy.
-    install_requirements: str = "auto"
+    install_requirements: InstallMode = InstallMode.auto
 
 
 @dataclass
@@ -70,7 +116,7 @@ class DockerBackendConfig:
     cpus: float | None = None
     memory: str | None = None
     gpus: int | None = None
-    install_requirements: str = "auto"
+    install_requirements: InstallMode = InstallMode.auto
     network: str | None = None  # a Docker network (none, host, ...); null: the default bridge
     oss: OssAccessConfig = field(default_factory=OssAccessConfig)  # for oss:// inputs
 
@@ -102,7 +148,7 @@ class PrunerConfig:
 
     name: str = "none"
     metric: str | None = None
-    direction: str | None = None
+    direction: Direction | None = None
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -125,7 +171,7 @@ class SweepConfig:
     max_failures: int | None = None
     retries: int = 1
     enqueue: list[dict[str, Any]] = field(default_factory=list)
-    on_interrupt: str = "stop"
+    on_interrupt: InterruptMode = InterruptMode.stop
 
 
 @dataclass
@@ -142,7 +188,7 @@ class PaiOssConfig:
 class PaiSpotConfig:
     """Spot instances (ComputeResource.SpotSpec); ``strategy`` null means on-demand."""
 
-    strategy: str | None = None  # SpotWithPriceLimit | SpotAsPriceGo
+    strategy: SpotStrategy | None = None
     discount_limit: float | None = None  # with SpotWithPriceLimit, e.g. 0.5 for 50%
 
 
@@ -177,9 +223,9 @@ class PaiBackendConfig:
     endpoint: str | None = None
     # AIWorkspace API (image listing); null: aiworkspace.<region>.aliyuncs.com, or ``endpoint``.
     workspace_endpoint: str | None = None
-    protocol: str = "https"
+    protocol: Scheme = Scheme.https
     image: str | None = None  # overrides job.image
-    job_type: str = "PyTorchJob"
+    job_type: PaiJobType = PaiJobType.PyTorchJob
     oss: PaiOssConfig = field(default_factory=PaiOssConfig)
     spot: PaiSpotConfig = field(default_factory=PaiSpotConfig)
     vpc: PaiVpcConfig = field(default_factory=PaiVpcConfig)
@@ -197,16 +243,29 @@ class Config:
     sweep: SweepConfig | None = None
 
 
-BACKEND_SCHEMAS: dict[str, type] = {
-    "local": LocalBackendConfig,
-    "pai": PaiBackendConfig,
-    "docker": DockerBackendConfig,
+@dataclass(frozen=True)
+class BackendKind:
+    """A backend paiexp knows: its config schema, and where its class lives (imported only
+    when the backend is used, so that a config mistake never loads a cloud SDK)."""
+
+    schema: type
+    module: str
+    class_name: str
+
+
+# The one list of backends: ``backend.name`` -> what it is.
+BACKENDS: dict[str, BackendKind] = {
+    "local": BackendKind(LocalBackendConfig, "paiexp.backends.local", "LocalBackend"),
+    "pai": BackendKind(PaiBackendConfig, "paiexp.backends.pai", "PaiBackend"),
+    "docker": BackendKind(DockerBackendConfig, "paiexp.backends.docker", "DockerBackend"),
 }
 
 
 def register_configs() -> None:
     """Register the schema nodes that ``conf/`` files name in their defaults lists."""
+    from hydra.core.config_store import ConfigStore
+
     store = ConfigStore.instance()
     store.store(name="paiexp_schema", node=Config)
-    for name, schema in BACKEND_SCHEMAS.items():
-        store.store(group="schema/backend", name=name, node=schema)
+    for name, kind in BACKENDS.items():
+        store.store(group="schema/backend", name=name, node=kind.schema)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -30,16 +31,12 @@ __all__ = [
 
 def create_backend(config: Any, base_dir: Path) -> Backend:
     """The backend a composed ``backend`` config names; relative paths are under ``base_dir``."""
-    if config.name == "local":
-        from paiexp.backends.local import LocalBackend
+    from paiexp.config import BACKENDS  # the schemas load Hydra: only when a backend is made
 
-        return LocalBackend(config, base_dir)
-    if config.name == "pai":
-        from paiexp.backends.pai import PaiBackend
-
-        return PaiBackend(config, base_dir)
-    if config.name == "docker":
-        from paiexp.backends.docker import DockerBackend
-
-        return DockerBackend(config, base_dir)
-    raise UserError(f"backend.name: unknown backend {config.name!r}; available: local, pai, docker")
+    kind = BACKENDS.get(config.name)
+    if kind is None:
+        raise UserError(
+            f"backend.name: unknown backend {config.name!r}; available: {', '.join(BACKENDS)}"
+        )
+    backend: Backend = getattr(import_module(kind.module), kind.class_name)(config, base_dir)
+    return backend

@@ -32,8 +32,6 @@ from paiexp.spec import JobSpec
 
 log = logging.getLogger(__name__)
 
-JOB_TYPES = ("PyTorchJob", "TFJob", "XGBoostJob", "MPIJob", "OneFlowJob", "ElasticBatchJob")
-SPOT_STRATEGIES = ("SpotWithPriceLimit", "SpotAsPriceGo")
 STATES = {
     "Creating": JobState.PENDING,
     "Created": JobState.PENDING,
@@ -171,7 +169,7 @@ class PaiBackend:
         algorithm: dict[str, Any] = {
             "Image": spec.image or config.image,
             "Command": ["/bin/sh", "-c", spec.command],
-            "JobType": config.job_type,
+            "JobType": str(config.job_type),
             "MetricDefinitions": [
                 {"Name": d.name, "Regex": d.regex} for d in spec.metric_definitions
             ],
@@ -191,7 +189,7 @@ class PaiBackend:
         compute: dict[str, Any] = {"EcsSpec": spec.instance_type, "EcsCount": spec.instance_count}
         if config.spot.strategy:
             compute["UseSpotInstance"] = True
-            compute["SpotSpec"] = {"SpotStrategy": config.spot.strategy}
+            compute["SpotSpec"] = {"SpotStrategy": str(config.spot.strategy)}
             if config.spot.discount_limit is not None:
                 compute["SpotSpec"]["SpotDiscountLimit"] = config.spot.discount_limit
         body: dict[str, Any] = {
@@ -396,7 +394,7 @@ def make_api(config: Any) -> PaiApi:
         region=config.region,
         endpoint=config.endpoint,
         workspace_endpoint=config.workspace_endpoint,
-        protocol=config.protocol,
+        protocol=str(config.protocol),
         credentials=credential_client(),
         policy=retry_policy(config),
         timeout=config.request_timeout,
@@ -443,18 +441,6 @@ def _check_config(config: Any) -> None:
     if not config.oss.bucket:
         raise UserError(
             "backend.oss.bucket: required for backend=pai (the OSS bucket for code and outputs)"
-        )
-    if config.protocol not in ("https", "http"):
-        raise UserError(f"backend.protocol: expected https or http, got {config.protocol!r}")
-    if config.job_type not in JOB_TYPES:
-        raise UserError(
-            f"backend.job_type: unknown job type {config.job_type!r}; "
-            f"expected one of {', '.join(JOB_TYPES)}"
-        )
-    if config.spot.strategy is not None and config.spot.strategy not in SPOT_STRATEGIES:
-        raise UserError(
-            f"backend.spot.strategy: expected one of {', '.join(SPOT_STRATEGIES)} or null, "
-            f"got {config.spot.strategy!r}"
         )
     for key in ("poll_interval", "log_interval", "request_timeout"):
         if getattr(config, key) <= 0:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from paiexp.config import Direction
 from paiexp.errors import UserError
 from paiexp.metrics import MetricDefinition
 
@@ -35,8 +36,6 @@ PRUNERS = {
     "patient": "PatientPruner",
     "wilcoxon": "WilcoxonPruner",
 }
-DIRECTIONS = ("minimize", "maximize")
-INTERRUPT_MODES = ("stop", "detach")
 
 
 @dataclass(frozen=True)
@@ -64,7 +63,7 @@ def parse_objectives(value: Any, definitions: tuple[MetricDefinition, ...]) -> l
         if not isinstance(item, Mapping) or set(item) - {"metric", "direction"}:
             raise UserError(f"{key}: expected {{metric: NAME, direction: minimize|maximize}}")
         metric, direction = item.get("metric"), item.get("direction", "minimize")
-        if direction not in DIRECTIONS:
+        if direction not in list(Direction):
             raise UserError(
                 f"{key}.direction: invalid value {direction!r}; expected minimize or maximize"
             )
@@ -91,10 +90,6 @@ def check_sweep_settings(
         raise UserError(f"sweep.max_failures: must be >= 1 or null, got {sweep.max_failures}")
     if sweep.timeout is not None and sweep.timeout <= 0:
         raise UserError(f"sweep.timeout: must be > 0 seconds or null, got {sweep.timeout}")
-    if sweep.on_interrupt not in INTERRUPT_MODES:
-        raise UserError(
-            f"sweep.on_interrupt: invalid value {sweep.on_interrupt!r}; expected stop or detach"
-        )
     if sweep.sampler.name not in SAMPLERS:
         raise UserError(
             f"sweep.sampler.name: unknown sampler {sweep.sampler.name!r}; "
@@ -115,10 +110,6 @@ def check_sweep_settings(
     if metric not in {d.name for d in definitions}:
         raise UserError(f"sweep.pruner.metric: {metric!r} is not a metric the job defines")
     direction = pruner.direction or objectives[0].direction
-    if direction not in DIRECTIONS:
-        raise UserError(
-            f"sweep.pruner.direction: invalid value {direction!r}; expected minimize or maximize"
-        )
     # Optuna's pruners read reported values in the study's direction.
     return PruningSignal(metric, 1.0 if direction == objectives[0].direction else -1.0)
 
