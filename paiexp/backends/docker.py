@@ -26,13 +26,10 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import hashlib
-import json
 import logging
 import math
 import os
 import shutil
-import signal
-import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -41,16 +38,17 @@ from typing import Any
 
 from paiexp import contract
 from paiexp.backends.base import JobHandle, JobState, JobStatus, LogChunk
+from paiexp.backends.checks import check_process_settings, oss_channels, reject_oss_outputs
 from paiexp.backends.docker_entry import entry_script
 from paiexp.backends.instance_types import Resources, format_size, resolve
-from paiexp.backends.local import INSTALL_MODES, THREAD_VARIABLES, read_log_file
+from paiexp.backends.jobdir import JobDirectories, LocalResults, read_log_file
+from paiexp.backends.threads import cpu_share, thread_environment
 from paiexp.cache import cache_root
 from paiexp.errors import UserError
+from paiexp.exits import failure_reason
 from paiexp.jsonfiles import read_json, write_json_atomic
-from paiexp.metrics import read_output_parameters
 from paiexp.oss import OssTransfer, OssUri, endpoint_url
 from paiexp.retry import RetryPolicy
-from paiexp.source import copy_source
 from paiexp.spec import JobSpec
 
 log = logging.getLogger(__name__)
@@ -58,34 +56,23 @@ log = logging.getLogger(__name__)
 JOB_LABEL = "paiexp.job"
 ROOT_LABEL = "paiexp.root"
 CONTAINER_FILE = "container"
-STARTUP_TIMEOUT = 60.0  # a job directory without a container after this long never started
 RUNNING_STATES = ("running", "paused", "restarting", "removing")
 PACKAGE_HINT = "backend=docker needs the docker package: pip install 'paiexp[docker]'"
 IMAGE_HINT = "build the test image with: bash tests/images/build.sh (it prints the tag)"
 
 
-class DockerBackend:
+class DockerBackend(LocalResults):
     name = "docker"
 
     def __init__(self, config: Any, base_dir: Path) -> None:
-        if config.install_requirements not in INSTALL_MODES:
-            raise UserError(
-                f"backend.install_requirements: invalid value {config.install_requirements!r}; "
-                f"expected one of {', '.join(INSTALL_MODES)}"
-            )
-        if config.poll_interval <= 0:
-            raise UserError(f"backend.poll_interval: must be > 0, got {config.poll_interval}")
-        if config.stop_grace_period < 0:
-            raise UserError(
-                f"backend.stop_grace_period: must be >= 0, got {config.stop_grace_period}"
-            )
+        self.install_requirements = check_process_settings(config)
         resolve(None, config.cpus, config.memory, config.gpus)  # the overrides' own checks
         self.root = (base_dir / config.root).resolve()
+        self.jobs = JobDirectories(self.root)
         self.image = config.image
         self.poll_interval = float(config.poll_interval)
         self.stop_grace_period = float(config.stop_grace_period)
         self.keep_containers = bool(config.keep_containers)
-        self.install_requirements = str(config.install_requirements)
         self.cpus, self.memory, self.gpus = config.cpus, config.memory, config.gpus
         self.network = config.network
         self.oss_config = config.oss
@@ -114,7 +101,7 @@ class DockerBackend:
         return self._engine_cpus
 
     def job_dir(self, name: str) -> Path:
-        return self.root / name
+        return self.jobs.path(name)
 
     def container_name(self, name: str) -> str:
         """Deterministic from the job name (and this backend's root: projects never clash)."""
@@ -126,14 +113,9 @@ class DockerBackend:
     # -- validate ----------------------------------------------------------------------------
 
     def validate(self, spec: JobSpec) -> None:
-        for channel, uri in spec.inputs.items():
-            if uri.startswith("oss://"):
-                self._check_oss_input(channel, uri)
-        for channel, out in spec.outputs.items():
-            if out is not None and out.startswith("oss://"):
-                raise UserError(
-                    f"job.outputs.{channel}: backend=docker writes local paths only, got {out!r}"
-                )
+        for channel, uri in oss_channels(spec.inputs).items():
+            self._check_oss_input(channel, uri)
+        reject_oss_outputs(spec, self.name)
         if spec.instance_count > 1:
             log.warning(
                 "backend=docker runs one container; job.instance_count=%d is ignored",
@@ -233,20 +215,12 @@ class DockerBackend:
     def submit(self, spec: JobSpec) -> JobHandle:
         job_dir = self.job_dir(spec.name)
         spec = self._with_local_inputs(spec)
-        if self.find(spec.name) is None:
+        if not self.jobs.exists(spec.name):
             try:
                 resources, image = self._resources(spec), self._image(spec)
             except UserError as exc:  # a swept value (instance type, image) it cannot run
                 raise RuntimeError(str(exc)) from None
-            self.root.mkdir(parents=True, exist_ok=True)
-            staging = Path(tempfile.mkdtemp(prefix=f".staging-{spec.name}-", dir=self.root))
-            try:
-                self._prepare(spec, staging, resources, image)
-                os.rename(staging, job_dir)
-            except OSError:
-                shutil.rmtree(staging, ignore_errors=True)
-                if self.find(spec.name) is None:
-                    raise  # not a lost race for the name: a real error
+            self.jobs.create(spec, lambda staging: self._add_files(spec, staging, resources, image))
         self._start_once(spec, job_dir)
         return self._handle(spec.name)
 
@@ -267,7 +241,7 @@ class DockerBackend:
 
     def _with_local_inputs(self, spec: JobSpec) -> JobSpec:
         """``oss://`` inputs as local copies (downloaded again only when they changed)."""
-        remote = {c: u for c, u in spec.inputs.items() if u.startswith("oss://")}
+        remote = oss_channels(spec.inputs)
         if not remote:
             return spec
         cache = cache_root() / "oss-inputs"
@@ -275,9 +249,7 @@ class DockerBackend:
         return dataclasses.replace(spec, inputs={**spec.inputs, **local})
 
     def find(self, name: str) -> JobHandle | None:
-        if (self.job_dir(name) / "spec.json").is_file():
-            return self._handle(name)
-        return None
+        return self._handle(name) if self.jobs.exists(name) else None
 
     def _start_once(self, spec: JobSpec, job_dir: Path) -> None:
         """Create the job's container unless it ever was, and start it unless it ran.
@@ -315,20 +287,9 @@ class DockerBackend:
             self._record(job_dir, JobStatus(JobState.FAILED, reason))
             self._remove(name)
 
-    def _prepare(self, spec: JobSpec, job_dir: Path, resources: Resources, image: str) -> None:
-        """Lay out the host side of the container's ``/ml`` mounts in ``job_dir``."""
-        layout = contract.JobLayout(job_dir / "ml")
-        working_dir = Path(layout.working_dir)
-        if spec.source_dir:
-            copy_source(Path(spec.source_dir), working_dir)
-        else:
-            working_dir.mkdir(parents=True)
-        Path(layout.config_dir).mkdir(parents=True)
-        Path(layout.hyperparameters_file).write_text(
-            contract.hyperparameters_json(spec.hyperparameters)
-        )
-        for channel in [*spec.output_channels, contract.OUTPUT_PARAMETERS_CHANNEL]:
-            Path(layout.output_dir(channel)).mkdir(parents=True)
+    def _add_files(self, spec: JobSpec, job_dir: Path, resources: Resources, image: str) -> None:
+        """The container's entry script, its log and its limits, beside the job's ``/ml``."""
+        working_dir = Path(contract.JobLayout(job_dir / "ml").working_dir)
         (job_dir / "paiexp").mkdir()
         (job_dir / "paiexp" / "job.log").touch()
         (job_dir / "paiexp" / "entry.sh").write_text(
@@ -338,8 +299,6 @@ class DockerBackend:
             job_dir / "resources.json",
             {"image": image, "resources": dataclasses.asdict(resources)},
         )
-        # Secrets reach the command through its environment only, never a file.
-        (job_dir / "spec.json").write_text(json.dumps(spec.to_dict(redact=True), indent=2))
 
     def _container_options(self, spec: JobSpec, job_dir: Path) -> dict[str, Any]:
         """Keyword arguments of the engine's create call for the job's container."""
@@ -369,9 +328,9 @@ class DockerBackend:
                 Mount(str(layout.output_dir(channel)), str(host.output_dir(channel)), type="bind")
             )
         cpus = min(resources.cpus, self.engine_cpus) if resources.cpus else None
-        share = max(1, self.engine_cpus // self.concurrency)
-        threads = str(min(math.ceil(cpus), share) if cpus else share)
-        env = {"PYTHONUNBUFFERED": "1", **dict.fromkeys(THREAD_VARIABLES, threads)}
+        share = cpu_share(self.engine_cpus, self.concurrency)
+        threads = min(math.ceil(cpus), share) if cpus else share
+        env = {"PYTHONUNBUFFERED": "1", **thread_environment(threads)}
         user = None if os.geteuid() == 0 else f"{os.getuid()}:{os.getgid()}"
         if user is not None:
             env["HOME"] = "/tmp"  # the image's HOME belongs to its root; pip needs a home
@@ -458,7 +417,7 @@ class DockerBackend:
                     reason="the job's container was removed before its end was collected",
                     infrastructure=True,
                 )
-            if time.time() - _mtime(job_dir / "spec.json") < STARTUP_TIMEOUT:
+            if self.jobs.starting(name):
                 return JobStatus(JobState.PENDING)
             return JobStatus(
                 JobState.FAILED, reason="the job's container was never created", infrastructure=True
@@ -480,7 +439,7 @@ class DockerBackend:
         state = self.client.api.inspect_container(container_id)["State"]
         if state["Status"] in RUNNING_STATES:
             return None
-        spec = JobSpec.from_dict(read_json(job_dir / "spec.json"))
+        spec = self.jobs.load_spec(name)
         resources = Resources(**read_json(job_dir / "resources.json")["resources"])
         end, reason = _outcome(job_dir, state, resources)
         status = JobStatus(
@@ -533,27 +492,6 @@ class DockerBackend:
             if exc.status_code != 404:
                 raise
 
-    # -- outputs -----------------------------------------------------------------------------
-
-    def outputs(self, handle: JobHandle) -> dict[str, str]:
-        job_dir = self.job_dir(handle.name)
-        spec = JobSpec.from_dict(read_json(job_dir / "spec.json"))
-        layout = contract.JobLayout(job_dir / "ml")
-        return {
-            channel: Path(spec.outputs.get(channel) or layout.output_dir(channel)).as_uri()
-            for channel in spec.output_channels
-        }
-
-    def output_parameters(self, handle: JobHandle) -> dict[str, float]:
-        layout = contract.JobLayout(self.job_dir(handle.name) / "ml")
-        return read_output_parameters(Path(layout.output_parameters_dir))
-
-    def service_metrics(self, handle: JobHandle) -> dict[str, float]:
-        return {}
-
-    def console_url(self, handle: JobHandle) -> str | None:
-        return None
-
 
 def connect() -> Any:
     """A client of the engine that ``DOCKER_HOST`` (or the default socket) names."""
@@ -592,11 +530,8 @@ def _outcome(job_dir: Path, state: dict[str, Any], resources: Resources) -> tupl
         return JobState.SUCCEEDED, ""
     if state.get("OOMKilled"):
         return JobState.FAILED, f"killed: out of memory ({limit})"
-    if code == 128 + signal.SIGKILL and resources.memory:
-        return JobState.FAILED, f"command killed by SIGKILL: out of memory? ({limit})"
-    if code > 128 and code - 128 in signal.valid_signals():
-        return JobState.FAILED, f"command killed by {signal.Signals(code - 128).name}"
-    return JobState.FAILED, f"command exited with code {code}"
+    hint = f": out of memory? ({limit})" if resources.memory else ""
+    return JobState.FAILED, failure_reason(code, sigkill_hint=hint)
 
 
 def _timestamp(value: str) -> float | None:
@@ -612,10 +547,3 @@ def _explain(exc: BaseException) -> str:
     """The engine's own words for an error, on one line."""
     text = str(getattr(exc, "explanation", None) or exc).strip()
     return " ".join(text.split())[:300]
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except FileNotFoundError:
-        return 0.0

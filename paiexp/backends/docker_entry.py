@@ -9,38 +9,12 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from paiexp.backends.local_runner import requirement_lines
+import paiexp.requirements
+from paiexp.requirements import requirement_lines
 from paiexp.spec import JobSpec
 
 # Run by the image's Python: exit 0 when every requirement given is installed already.
-SATISFIED = """\
-import sys
-from importlib.metadata import PackageNotFoundError, version
-try:
-    from packaging.requirements import Requirement
-except ImportError:
-    try:
-        from pip._vendor.packaging.requirements import Requirement
-    except ImportError:
-        sys.exit(1)
-
-
-def met(line):
-    try:
-        requirement = Requirement(line)
-    except Exception:
-        return False
-    if requirement.marker is not None and not requirement.marker.evaluate():
-        return True
-    try:
-        installed = version(requirement.name)
-    except PackageNotFoundError:
-        return False
-    return requirement.specifier.contains(installed, prereleases=True)
-
-
-sys.exit(0 if all(met(line) for line in sys.argv[1:]) else 1)
-"""
+SATISFIED = Path(paiexp.requirements.__file__).read_text()
 
 FAILED_INSTALL = shlex.quote("installing the job's requirements failed (see log)")
 

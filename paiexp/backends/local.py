@@ -13,15 +13,12 @@ session, so it survives the launcher; the runner records the job's state in ``st
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import select
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -30,55 +27,41 @@ from typing import Any
 from paiexp import contract
 from paiexp.backends import local_runner
 from paiexp.backends.base import JobHandle, JobState, JobStatus, LogChunk
+from paiexp.backends.checks import check_process_settings, oss_channels, reject_oss_outputs
+from paiexp.backends.jobdir import JobDirectories, LocalResults, read_log_file
 from paiexp.backends.local_runner import LOCK_FILE
+from paiexp.backends.threads import cpu_share, thread_environment
 from paiexp.errors import UserError
 from paiexp.jsonfiles import read_json
-from paiexp.metrics import read_output_parameters
 from paiexp.processes import kill_group, lock_held, process_alive
-from paiexp.source import copy_source
 from paiexp.spec import JobSpec
 
 log = logging.getLogger(__name__)
 
-INSTALL_MODES = ("auto", "always", "never")
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-STARTUP_TIMEOUT = 60.0  # a job directory with no runner after this long never started
 
-
-class LocalBackend:
+class LocalBackend(LocalResults):
     name = "local"
 
     def __init__(self, config: Any, base_dir: Path) -> None:
-        if config.install_requirements not in INSTALL_MODES:
-            raise UserError(
-                f"backend.install_requirements: invalid value {config.install_requirements!r}; "
-                f"expected one of {', '.join(INSTALL_MODES)}"
-            )
-        if config.poll_interval <= 0:
-            raise UserError(f"backend.poll_interval: must be > 0, got {config.poll_interval}")
+        self.install_requirements = check_process_settings(config)
         self.root = (base_dir / config.root).resolve()
+        self.jobs = JobDirectories(self.root)
         self.poll_interval = float(config.poll_interval)
         self.stop_grace_period = float(config.stop_grace_period)
-        self.install_requirements = str(config.install_requirements)
         self.threads_per_job = len(os.sched_getaffinity(0))
         self._children: dict[str, subprocess.Popen[bytes]] = {}  # runners we started
         self._pidfds: dict[str, int] = {}  # runners we wait on
 
     def job_dir(self, name: str) -> Path:
-        return self.root / name
+        return self.jobs.path(name)
 
     def validate(self, spec: JobSpec) -> None:
-        for channel, uri in spec.inputs.items():
-            if uri.startswith("oss://"):
-                raise UserError(
-                    f"job.inputs.{channel}: backend=local reads local paths only, got {uri!r}; "
-                    "use a local copy of the data"
-                )
-        for channel, out in spec.outputs.items():
-            if out is not None and out.startswith("oss://"):
-                raise UserError(
-                    f"job.outputs.{channel}: backend=local writes local paths only, got {out!r}"
-                )
+        for channel, uri in oss_channels(spec.inputs).items():
+            raise UserError(
+                f"job.inputs.{channel}: backend=local reads local paths only, got {uri!r}; "
+                "use a local copy of the data"
+            )
+        reject_oss_outputs(spec, self.name)
         if spec.instance_count > 1:
             log.warning(
                 "backend=local runs one process; job.instance_count=%d is ignored",
@@ -91,22 +74,14 @@ class LocalBackend:
         Without this, N OpenMP jobs (XGBoost, BLAS) each start one thread per core and slow
         each other down several times over.
         """
-        self.threads_per_job = max(1, len(os.sched_getaffinity(0)) // max(1, jobs))
+        self.threads_per_job = cpu_share(len(os.sched_getaffinity(0)), jobs)
 
     # -- submit / find ---------------------------------------------------------------------
 
     def submit(self, spec: JobSpec) -> JobHandle:
         job_dir = self.job_dir(spec.name)
-        if self.find(spec.name) is None:
-            self.root.mkdir(parents=True, exist_ok=True)
-            staging = Path(tempfile.mkdtemp(prefix=f".staging-{spec.name}-", dir=self.root))
-            try:
-                self._prepare(spec, staging)
-                os.rename(staging, job_dir)
-            except OSError:
-                shutil.rmtree(staging, ignore_errors=True)
-                if self.find(spec.name) is None:
-                    raise  # not a lost race for the name: a real error
+        if not self.jobs.exists(spec.name):
+            self.jobs.create(spec, lambda staging: _link_inputs(spec, staging))
         self._launch_once(spec, job_dir)
         return JobHandle(name=spec.name, id=spec.name)
 
@@ -121,37 +96,7 @@ class LocalBackend:
         self._start_runner(job_dir, self._environment(spec, job_dir))
 
     def find(self, name: str) -> JobHandle | None:
-        if (self.job_dir(name) / "spec.json").is_file():
-            return JobHandle(name=name, id=name)
-        return None
-
-    def load_spec(self, handle: JobHandle) -> JobSpec:
-        return JobSpec.from_dict(json.loads((self.job_dir(handle.id) / "spec.json").read_text()))
-
-    def _prepare(self, spec: JobSpec, job_dir: Path) -> None:
-        """Lay out the job's ``/ml`` mirror in ``job_dir``."""
-        layout = contract.JobLayout(job_dir / "ml")
-        working_dir = Path(layout.working_dir)
-        if spec.source_dir:
-            copy_source(Path(spec.source_dir), working_dir)
-        else:
-            working_dir.mkdir(parents=True)
-        Path(layout.config_dir).mkdir(parents=True)
-        Path(layout.hyperparameters_file).write_text(
-            contract.hyperparameters_json(spec.hyperparameters)
-        )
-        for channel, source in spec.inputs.items():
-            channel_dir = Path(layout.input_dir(channel))
-            channel_dir.parent.mkdir(parents=True, exist_ok=True)
-            if Path(source).is_dir():
-                channel_dir.symlink_to(source, target_is_directory=True)
-            else:
-                channel_dir.mkdir()
-                (channel_dir / Path(source).name).symlink_to(source)
-        for channel in [*spec.output_channels, contract.OUTPUT_PARAMETERS_CHANNEL]:
-            Path(layout.output_dir(channel)).mkdir(parents=True)
-        # Secrets reach the command through its environment only, never a file.
-        (job_dir / "spec.json").write_text(json.dumps(spec.to_dict(redact=True), indent=2))
+        return JobHandle(name=name, id=name) if self.jobs.exists(name) else None
 
     def _environment(self, spec: JobSpec, job_dir: Path) -> dict[str, str]:
         """The environment of the job's command: the launcher's, the job's, the contract's."""
@@ -159,12 +104,10 @@ class LocalBackend:
             channel: None if Path(source).is_dir() else Path(source).name
             for channel, source in spec.inputs.items()
         }
-        env = dict(os.environ)
+        # The user's own settings of these win.
+        env = {"PYTHONUNBUFFERED": "1", **thread_environment(self.threads_per_job), **os.environ}
         # The job's `python` is the launcher's interpreter, as on PAI it is the image's.
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        for variable in THREAD_VARIABLES:
-            env.setdefault(variable, str(self.threads_per_job))  # the user's setting wins
         env.update(spec.environments)
         env.update(
             contract.environment(
@@ -253,7 +196,7 @@ class LocalBackend:
         state = read_json(job_dir / "state.json")
         if state is None:
             starting = lock_held(job_dir / LOCK_FILE) or self._runner(job_dir)[0] is not None
-            if starting or time.time() - _mtime(job_dir / "spec.json") < STARTUP_TIMEOUT:
+            if starting or self.jobs.starting(job_dir.name):
                 return JobStatus(JobState.PENDING)
             state = read_json(job_dir / "state.json")  # it may have appeared meanwhile
             if state is None:
@@ -296,43 +239,15 @@ class LocalBackend:
         if state.get("pgid") and not JobState(state["state"]).terminal:
             kill_group(state["pgid"], signal.SIGKILL)
 
-    # -- outputs -----------------------------------------------------------------------------
 
-    def outputs(self, handle: JobHandle) -> dict[str, str]:
-        spec = self.load_spec(handle)
-        layout = contract.JobLayout(self.job_dir(handle.id) / "ml")
-        return {
-            channel: Path(spec.outputs.get(channel) or layout.output_dir(channel)).as_uri()
-            for channel in spec.output_channels
-        }
-
-    def output_parameters(self, handle: JobHandle) -> dict[str, float]:
-        layout = contract.JobLayout(self.job_dir(handle.id) / "ml")
-        return read_output_parameters(Path(layout.output_parameters_dir))
-
-    def service_metrics(self, handle: JobHandle) -> dict[str, float]:
-        return {}
-
-    def console_url(self, handle: JobHandle) -> str | None:
-        return None
-
-
-def read_log_file(path: Path, cursor: int, final: bool) -> LogChunk:
-    """Complete lines of a log file after byte offset ``cursor`` (``final``: the tail too)."""
-    try:
-        with path.open("rb") as stream:
-            stream.seek(cursor)
-            data = stream.read()
-    except FileNotFoundError:
-        return LogChunk([], cursor)
-    if not final:
-        data = data[: data.rfind(b"\n") + 1]
-    text = data.decode("utf-8", errors="replace")
-    return LogChunk(text.splitlines(), cursor + len(data))
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except FileNotFoundError:
-        return 0.0
+def _link_inputs(spec: JobSpec, job_dir: Path) -> None:
+    """Each input channel's directory in the job's ``/ml`` mirror links to its local data."""
+    layout = contract.JobLayout(job_dir / "ml")
+    for channel, source in spec.inputs.items():
+        channel_dir = Path(layout.input_dir(channel))
+        channel_dir.parent.mkdir(parents=True, exist_ok=True)
+        if Path(source).is_dir():
+            channel_dir.symlink_to(source, target_is_directory=True)
+        else:
+            channel_dir.mkdir()
+            (channel_dir / Path(source).name).symlink_to(source)

@@ -7,8 +7,8 @@ outcome in ``state.json`` atomically.
 
 It starts for every job, so it is kept lean: started by path without ``site``, it imports a
 handful of standard modules (the rest only when needed) and uses one interval timer instead
-of threads; its file and process helpers are the standard-library-only
-:mod:`paiexp.jsonfiles` and :mod:`paiexp.processes`.
+of threads; its helpers are the standard-library-only :mod:`paiexp.jsonfiles`,
+:mod:`paiexp.processes`, :mod:`paiexp.exits` and :mod:`paiexp.requirements`.
 """
 
 from __future__ import annotations
@@ -24,12 +24,13 @@ import time
 if __name__ == "__main__":  # started by path without ``site``: the package's parent on the path
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from paiexp.exits import failure_reason
 from paiexp.jsonfiles import read_json, write_json_atomic
 from paiexp.processes import kill_group, process_start_time
+from paiexp.requirements import requirement_lines, satisfied
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable
     from typing import IO, Any
 
 RUNNING, SUCCEEDED, FAILED, STOPPED = "RUNNING", "SUCCEEDED", "FAILED", "STOPPED"
@@ -107,7 +108,7 @@ class Runner:
         if not lines or self.install == "never":
             return True
         marker = os.path.join(self.cache_dir, f"requirements-met-{_environment_key(lines)}")
-        if self.install == "auto" and (os.path.exists(marker) or all(map(_satisfied, lines))):
+        if self.install == "auto" and (os.path.exists(marker) or self.satisfied(lines)):
             log.write(f"[paiexp] requirements already satisfied: {', '.join(lines)}\n".encode())
             os.makedirs(self.cache_dir, exist_ok=True)
             open(marker, "a").close()
@@ -124,6 +125,11 @@ class Runner:
             stdin=subprocess.DEVNULL,
         )
         return result.returncode == 0
+
+    @staticmethod
+    def satisfied(lines: list[str]) -> bool:
+        _site()  # packaging is in site-packages
+        return all(map(satisfied, lines))
 
     def run_command(self, log: IO[bytes]) -> int:
         if self.stop_reason is not None:
@@ -183,12 +189,8 @@ class Runner:
             state, reason = self.stop_reason
         elif exit_code == 0:
             state, reason = SUCCEEDED, ""
-        elif exit_code < 0:
-            name = signal.Signals(-exit_code).name
-            hint = " (out of memory?)" if name == "SIGKILL" else ""
-            state, reason = FAILED, f"command killed by {name}{hint}"
         else:
-            state, reason = FAILED, f"command exited with code {exit_code}"
+            state, reason = FAILED, failure_reason(exit_code, sigkill_hint=" (out of memory?)")
         self.write_state(
             state=state, reason=reason or None, exit_code=exit_code, ended_at=time.time()
         )
@@ -214,35 +216,6 @@ def _environment_key(lines: list[str]) -> str:
         with contextlib.suppress(OSError):
             digest.update(f"{directory}:{os.stat(directory).st_mtime_ns}".encode())
     return digest.hexdigest()[:32]
-
-
-def requirement_lines(requirements: Iterable[str], working_dir: str) -> list[str]:
-    """``requirements`` and the lines of ``working_dir``'s requirements.txt, minus comments."""
-    lines = list(requirements)
-    path = os.path.join(working_dir, "requirements.txt")
-    if os.path.isfile(path):
-        with open(path) as stream:
-            lines += [line.strip() for line in stream.read().splitlines()]
-    return [line for line in lines if line and not line.startswith("#")]
-
-
-def _satisfied(line: str) -> bool:
-    _site()
-    from importlib.metadata import PackageNotFoundError, version
-
-    from packaging.requirements import InvalidRequirement, Requirement
-
-    try:
-        requirement = Requirement(line)
-    except InvalidRequirement:
-        return False  # options, URLs, editable installs: let pip decide
-    if requirement.marker is not None and not requirement.marker.evaluate():
-        return True
-    try:
-        installed = version(requirement.name)
-    except PackageNotFoundError:
-        return False
-    return requirement.specifier.contains(installed, prereleases=True)
 
 
 def _site() -> Any:

@@ -22,6 +22,7 @@ from typing import Any
 
 from paiexp import contract
 from paiexp.backends.base import BackendUnavailable, JobHandle, JobState, JobStatus, LogChunk
+from paiexp.backends.checks import check_positive, local_channels
 from paiexp.backends.pai_api import PAGE_SIZE, PaiApi, PaiRejected
 from paiexp.cache import cache_root
 from paiexp.errors import UserError
@@ -101,15 +102,14 @@ class PaiBackend:
             )
         if not spec.instance_type:
             raise UserError("job.instance_type: backend=pai needs an ECS spec, e.g. ecs.c6.large")
-        for channel, uri in spec.inputs.items():
-            if not uri.startswith("oss://") and not Path(uri).exists():
+        for channel, uri in local_channels(spec.inputs).items():
+            if not Path(uri).exists():
                 raise UserError(f"job.inputs.{channel}: no such file or directory: {uri}")
-        for channel, output in spec.outputs.items():
-            if output is not None and not output.startswith("oss://"):
-                raise UserError(
-                    f"job.outputs.{channel}: backend=pai writes outputs to OSS; give an "
-                    f"oss:// URI or null (default: under {self.oss_base}/), got {output!r}"
-                )
+        for channel, output in local_channels(spec.outputs).items():
+            raise UserError(
+                f"job.outputs.{channel}: backend=pai writes outputs to OSS; give an "
+                f"oss:// URI or null (default: under {self.oss_base}/), got {output!r}"
+            )
         if not self._checked:  # credentials, workspace and bucket, before anything starts
             self.api.list_training_jobs(WorkspaceId=self.config.workspace_id, PageSize=1)
             self._check_bucket()
@@ -442,8 +442,6 @@ def _check_config(config: Any) -> None:
         raise UserError(
             "backend.oss.bucket: required for backend=pai (the OSS bucket for code and outputs)"
         )
-    for key in ("poll_interval", "log_interval", "request_timeout"):
-        if getattr(config, key) <= 0:
-            raise UserError(f"backend.{key}: must be > 0, got {getattr(config, key)}")
+    check_positive(config, "poll_interval", "log_interval", "request_timeout")
     if config.retry.attempts < 1:
         raise UserError(f"backend.retry.attempts: must be >= 1, got {config.retry.attempts}")

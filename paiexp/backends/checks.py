@@ -1,0 +1,59 @@
+"""Checks every backend makes the same way: its numeric settings, and which of a job's channels
+are on OSS and which are local paths."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from paiexp.config import InstallMode
+from paiexp.errors import UserError
+from paiexp.spec import JobSpec
+
+OSS_SCHEME = "oss://"
+
+
+def check_positive(config: Any, *keys: str) -> None:
+    """Each ``backend.KEY`` must be > 0."""
+    for key in keys:
+        value = getattr(config, key)
+        if value <= 0:
+            raise UserError(f"backend.{key}: must be > 0, got {value}")
+
+
+def check_process_settings(config: Any) -> InstallMode:
+    """The settings of backends that run processes on this machine (local, docker); returns
+    how they install a job's requirements."""
+    check_positive(config, "poll_interval")
+    if config.stop_grace_period < 0:
+        raise UserError(f"backend.stop_grace_period: must be >= 0, got {config.stop_grace_period}")
+    return install_mode(config.install_requirements)
+
+
+def install_mode(value: Any) -> InstallMode:
+    """``backend.install_requirements`` as an InstallMode (composed configs hold one already)."""
+    try:
+        return InstallMode(value)
+    except ValueError:
+        raise UserError(
+            f"backend.install_requirements: invalid value {value!r}; "
+            f"expected one of {', '.join(InstallMode)}"
+        ) from None
+
+
+def oss_channels(channels: Mapping[str, str | None]) -> dict[str, str]:
+    """The channels whose URI is on OSS."""
+    return {name: uri for name, uri in channels.items() if uri and uri.startswith(OSS_SCHEME)}
+
+
+def local_channels(channels: Mapping[str, str | None]) -> dict[str, str]:
+    """The channels given a local path (an output left unset is neither)."""
+    return {name: uri for name, uri in channels.items() if uri and not uri.startswith(OSS_SCHEME)}
+
+
+def reject_oss_outputs(spec: JobSpec, backend: str) -> None:
+    """A backend that keeps outputs on this machine takes no ``oss://`` output URI."""
+    for channel, uri in oss_channels(spec.outputs).items():
+        raise UserError(
+            f"job.outputs.{channel}: backend={backend} writes local paths only, got {uri!r}"
+        )

@@ -1,0 +1,142 @@
+"""Job directories: one per job under a root, created once by an atomic rename, found by name.
+
+Each holds the job's ``spec.json`` (secrets redacted) and its ``/ml`` tree of the PAI contract
+(:mod:`paiexp.contract`), which a local process uses in place and a container mounts::
+
+    <root>/<job name>/spec.json
+                      ml/usercode, ml/input/config/hyperparameters.json,
+                      ml/output/<channel>, ml/output/output_parameters
+
+Backends add their own files beside these (state, logs, entry scripts).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from paiexp import contract
+from paiexp.backends.base import JobHandle, LogChunk
+from paiexp.jsonfiles import read_json
+from paiexp.metrics import read_output_parameters
+from paiexp.source import copy_source
+from paiexp.spec import JobSpec
+
+SPEC_FILE = "spec.json"
+STARTUP_TIMEOUT = 60.0  # a job directory that nothing has started after this long never will
+
+
+class JobDirectories:
+    """The job directories under ``root``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path(self, name: str) -> Path:
+        return self.root / name
+
+    def layout(self, name: str) -> contract.JobLayout:
+        """The job's ``/ml`` tree on this machine."""
+        return contract.JobLayout(self.path(name) / "ml")
+
+    def exists(self, name: str) -> bool:
+        """Whether a job of this name was ever created here."""
+        return (self.path(name) / SPEC_FILE).is_file()
+
+    def create(self, spec: JobSpec, add_files: Callable[[Path], None]) -> Path:
+        """The job's directory, laid out in a staging directory and renamed into place, so
+        that it appears complete or not at all; ``add_files`` adds the backend's own files.
+
+        A racing launcher that creates the same job first wins: that is not an error.
+        """
+        self.root.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".staging-{spec.name}-", dir=self.root))
+        try:
+            lay_out(spec, contract.JobLayout(staging / "ml"))
+            add_files(staging)
+            # Secrets reach the command through its environment only, never a file.
+            (staging / SPEC_FILE).write_text(json.dumps(spec.to_dict(redact=True), indent=2))
+            os.rename(staging, self.path(spec.name))
+        except BaseException as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            if not (isinstance(exc, OSError) and self.exists(spec.name)):
+                raise  # not a lost race for the name: a real error
+        return self.path(spec.name)
+
+    def load_spec(self, name: str) -> JobSpec:
+        """The job's spec as submitted (secrets redacted)."""
+        return JobSpec.from_dict(read_json(self.path(name) / SPEC_FILE))
+
+    def starting(self, name: str) -> bool:
+        """Whether the job was created less than ``STARTUP_TIMEOUT`` ago: a job nothing has
+        picked up yet may still start."""
+        try:
+            created = (self.path(name) / SPEC_FILE).stat().st_mtime
+        except FileNotFoundError:
+            return False
+        return time.time() - created < STARTUP_TIMEOUT
+
+    def outputs(self, name: str) -> dict[str, str]:
+        """Output channel -> ``file://`` URI: the channel's destination, else its directory."""
+        spec = self.load_spec(name)
+        layout = self.layout(name)
+        return {
+            channel: Path(spec.outputs.get(channel) or layout.output_dir(channel)).as_uri()
+            for channel in spec.output_channels
+        }
+
+    def output_parameters(self, name: str) -> dict[str, float]:
+        return read_output_parameters(Path(self.layout(name).output_parameters_dir))
+
+
+class LocalResults:
+    """The result verbs of a backend whose jobs keep their outputs in job directories here
+    (there is no platform to ask for metrics, nor a page to watch a job on)."""
+
+    jobs: JobDirectories
+
+    def outputs(self, handle: JobHandle) -> dict[str, str]:
+        return self.jobs.outputs(handle.name)
+
+    def output_parameters(self, handle: JobHandle) -> dict[str, float]:
+        return self.jobs.output_parameters(handle.name)
+
+    def service_metrics(self, handle: JobHandle) -> dict[str, float]:
+        return {}
+
+    def console_url(self, handle: JobHandle) -> str | None:
+        return None
+
+
+def lay_out(spec: JobSpec, layout: contract.JobLayout) -> None:
+    """Create the job's ``/ml`` tree: its code, hyperparameters and output directories."""
+    working_dir = Path(layout.working_dir)
+    if spec.source_dir:
+        copy_source(Path(spec.source_dir), working_dir)
+    else:
+        working_dir.mkdir(parents=True)
+    Path(layout.config_dir).mkdir(parents=True)
+    Path(layout.hyperparameters_file).write_text(
+        contract.hyperparameters_json(spec.hyperparameters)
+    )
+    for channel in [*spec.output_channels, contract.OUTPUT_PARAMETERS_CHANNEL]:
+        Path(layout.output_dir(channel)).mkdir(parents=True)
+
+
+def read_log_file(path: Path, cursor: int, final: bool) -> LogChunk:
+    """Complete lines of a log file after byte offset ``cursor`` (``final``: the tail too)."""
+    try:
+        with path.open("rb") as stream:
+            stream.seek(cursor)
+            data = stream.read()
+    except FileNotFoundError:
+        return LogChunk([], cursor)
+    if not final:
+        data = data[: data.rfind(b"\n") + 1]
+    text = data.decode("utf-8", errors="replace")
+    return LogChunk(text.splitlines(), cursor + len(data))
