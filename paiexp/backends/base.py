@@ -53,6 +53,9 @@ class JobHandle:
 
 @dataclass(frozen=True)
 class LogChunk:
+    """Log lines, and the cursor to read on from: opaque to callers (a byte offset on local
+    and docker, a line count on PAI), who only pass back a cursor they got (0 at first)."""
+
     lines: list[str]
     cursor: int
 
@@ -80,7 +83,8 @@ class Backend(Protocol):
         """Block until one of the jobs may have changed state, or ``timeout`` seconds."""
 
     def read_logs(self, handle: JobHandle, cursor: int, *, final: bool = False) -> LogChunk:
-        """Complete log lines after ``cursor``; ``final`` also returns an unterminated tail."""
+        """Complete log lines after ``cursor`` (0, or one a LogChunk of this job gave: what it
+        counts is the backend's business); ``final`` also returns an unterminated tail."""
 
     def label(self, handle: JobHandle, labels: Mapping[str, str]) -> None:
         """Add labels to a submitted job where the platform can (best effort, never raises)."""

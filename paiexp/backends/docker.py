@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from paiexp import contract
-from paiexp.backends.base import JobHandle, JobState, JobStatus, LogChunk
+from paiexp.backends.base import JobHandle, JobRejected, JobState, JobStatus, LogChunk
 from paiexp.backends.checks import check_process_settings, oss_channels, reject_oss_outputs
 from paiexp.backends.docker_entry import entry_script
 from paiexp.backends.instance_types import Resources, format_size, resolve
@@ -219,7 +219,7 @@ class DockerBackend(LocalResults):
             try:
                 resources, image = self._resources(spec), self._image(spec)
             except UserError as exc:  # a swept value (instance type, image) it cannot run
-                raise RuntimeError(str(exc)) from None
+                raise JobRejected(str(exc)) from None
             self.jobs.create(spec, lambda staging: self._add_files(spec, staging, resources, image))
         self._start_once(spec, job_dir)
         return self._handle(spec.name)

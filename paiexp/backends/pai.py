@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from paiexp import contract
-from paiexp.backends.base import BackendUnavailable, JobHandle, JobState, JobStatus, LogChunk
+from paiexp.backends.base import JobHandle, JobState, JobStatus, LogChunk
 from paiexp.backends.checks import check_positive, local_channels
 from paiexp.backends.pai_api import PAGE_SIZE, PaiApi, PaiRejected
 from paiexp.cache import cache_root
@@ -308,13 +308,13 @@ class PaiBackend:
         return LogChunk(lines, cursor + len(lines))
 
     def label(self, handle: JobHandle, labels: Mapping[str, str]) -> None:
-        """UpdateTrainingJobLabels, unless the job has those labels already."""
+        """UpdateTrainingJobLabels, unless the job has those labels already; never raises."""
         known = self._labels.get(handle.id, {})
         if all(known.get(k) == v for k, v in labels.items()):
             return
         try:
             self.api.update_labels(handle.id, labels)
-        except (PaiRejected, BackendUnavailable) as exc:
+        except Exception as exc:  # rejected, unreachable, credentials gone: labels are extras
             log.warning("could not label %s: %s", handle.name, exc)
             return
         self._labels[handle.id] = {**known, **labels}
