@@ -47,6 +47,12 @@ class JobSpec:
         extra = [name for name in self.outputs if name not in contract.OUTPUT_CHANNELS]
         return [*contract.OUTPUT_CHANNELS, *extra]
 
+    @property
+    def output_dirs(self) -> list[str]:
+        """Every directory the job finds under ``/ml/output``: its output channels and
+        ``output_parameters`` (one file per number it reports)."""
+        return [*self.output_channels, contract.OUTPUT_PARAMETERS_CHANNEL]
+
     def to_dict(self, *, redact: bool = False) -> dict[str, Any]:
         """Plain data; ``redact`` replaces secret-looking environment values by references."""
         data = asdict(self)

@@ -273,17 +273,7 @@ MARKS = {"docker": [pytest.mark.docker], "pai": [pytest.mark.slow]}
 
 # Scenarios a backend is known to fail (a bug to fix in the backend, not here): strict, so
 # the mark must go once the backend is fixed.
-NO_OUTPUT_PARAMETERS_VARIABLE = (
-    "PAI_OUTPUT_OUTPUT_PARAMETERS is not set: contract.environment gets spec.output_channels, "
-    "which leaves out the output_parameters channel PAI jobs have"
-)
-UNCHECKED_INPUTS = "validate does not check that a local input path exists"
-KNOWN_BUGS: dict[tuple[str, str], str] = {
-    ("local", "output_parameters"): NO_OUTPUT_PARAMETERS_VARIABLE,
-    ("local", "missing_input"): UNCHECKED_INPUTS,
-    ("docker", "output_parameters"): NO_OUTPUT_PARAMETERS_VARIABLE,
-    ("docker", "missing_input"): UNCHECKED_INPUTS,
-}
+KNOWN_BUGS: dict[tuple[str, str], str] = {}
 
 
 def known_bug(request: pytest.FixtureRequest, platform: Platform, scenario: str) -> None:

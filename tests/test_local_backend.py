@@ -129,17 +129,6 @@ def test_killed_runner_is_reported_as_failed(tmp_path: Path) -> None:
     wait_until(lambda: pid_gone(pgid), 5, "the orphaned command's group to die on stop")
 
 
-def test_output_parameters_written_under_the_output_directory(tmp_path: Path) -> None:
-    """By path, while PAI_OUTPUT_OUTPUT_PARAMETERS is missing locally (the contract suite's
-    output parameters scenario is an expected failure on local until it is set)."""
-    backend = make_backend(tmp_path)
-    command = 'echo 0.75 > "$PAI_WORKING_DIR/../output/output_parameters/auc"'
-    handle = backend.submit(JobSpec(name="params", command=command))
-    assert wait_for(backend, handle).state is JobState.SUCCEEDED
-    assert backend.output_parameters(handle) == {"auc": 0.75}
-    assert backend.console_url(handle) is None
-
-
 def test_requirements_already_satisfied_are_not_installed(tmp_path: Path) -> None:
     source = tmp_path / "code"
     source.mkdir()

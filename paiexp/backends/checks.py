@@ -4,6 +4,7 @@ are on OSS and which are local paths."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from paiexp.config import InstallMode
@@ -49,6 +50,13 @@ def oss_channels(channels: Mapping[str, str | None]) -> dict[str, str]:
 def local_channels(channels: Mapping[str, str | None]) -> dict[str, str]:
     """The channels given a local path (an output left unset is neither)."""
     return {name: uri for name, uri in channels.items() if uri and not uri.startswith(OSS_SCHEME)}
+
+
+def check_local_inputs(spec: JobSpec) -> None:
+    """Every input given as a local path exists (before anything is submitted)."""
+    for channel, uri in local_channels(spec.inputs).items():
+        if not Path(uri).exists():
+            raise UserError(f"job.inputs.{channel}: no such file or directory: {uri}")
 
 
 def reject_oss_outputs(spec: JobSpec, backend: str) -> None:

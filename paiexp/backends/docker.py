@@ -38,7 +38,12 @@ from typing import Any
 
 from paiexp import contract
 from paiexp.backends.base import JobHandle, JobRejected, JobState, JobStatus, LogChunk
-from paiexp.backends.checks import check_process_settings, oss_channels, reject_oss_outputs
+from paiexp.backends.checks import (
+    check_local_inputs,
+    check_process_settings,
+    oss_channels,
+    reject_oss_outputs,
+)
 from paiexp.backends.docker_entry import entry_script
 from paiexp.backends.instance_types import Resources, format_size, resolve
 from paiexp.backends.jobdir import JobDirectories, LocalResults, read_log_file
@@ -115,6 +120,7 @@ class DockerBackend(LocalResults):
     def validate(self, spec: JobSpec) -> None:
         for channel, uri in oss_channels(spec.inputs).items():
             self._check_oss_input(channel, uri)
+        check_local_inputs(spec)
         reject_oss_outputs(spec, self.name)
         if spec.instance_count > 1:
             log.warning(
@@ -323,7 +329,7 @@ class DockerBackend(LocalResults):
                 input_files[channel] = Path(source).name
                 target = target / Path(source).name
             mounts.append(Mount(str(target), source, type="bind", read_only=True))
-        for channel in [*spec.output_channels, contract.OUTPUT_PARAMETERS_CHANNEL]:
+        for channel in spec.output_dirs:
             mounts.append(
                 Mount(str(layout.output_dir(channel)), str(host.output_dir(channel)), type="bind")
             )
@@ -336,7 +342,7 @@ class DockerBackend(LocalResults):
             env["HOME"] = "/tmp"  # the image's HOME belongs to its root; pip needs a home
         env.update(spec.environments)
         env.update(
-            contract.environment(layout, spec.hyperparameters, input_files, spec.output_channels)
+            contract.environment(layout, spec.hyperparameters, input_files, spec.output_dirs)
         )
         env["TINI_KILL_PROCESS_GROUP"] = "1"  # a stop signals the job's whole process group
         host_config = api.create_host_config(

@@ -124,7 +124,7 @@ def lay_out(spec: JobSpec, layout: contract.JobLayout) -> None:
     Path(layout.hyperparameters_file).write_text(
         contract.hyperparameters_json(spec.hyperparameters)
     )
-    for channel in [*spec.output_channels, contract.OUTPUT_PARAMETERS_CHANNEL]:
+    for channel in spec.output_dirs:
         Path(layout.output_dir(channel)).mkdir(parents=True)
 
 

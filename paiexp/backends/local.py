@@ -27,7 +27,12 @@ from typing import Any
 from paiexp import contract
 from paiexp.backends import local_runner
 from paiexp.backends.base import JobHandle, JobState, JobStatus, LogChunk
-from paiexp.backends.checks import check_process_settings, oss_channels, reject_oss_outputs
+from paiexp.backends.checks import (
+    check_local_inputs,
+    check_process_settings,
+    oss_channels,
+    reject_oss_outputs,
+)
 from paiexp.backends.jobdir import JobDirectories, LocalResults, read_log_file
 from paiexp.backends.local_runner import LOCK_FILE
 from paiexp.backends.threads import cpu_share, thread_environment
@@ -61,6 +66,7 @@ class LocalBackend(LocalResults):
                 f"job.inputs.{channel}: backend=local reads local paths only, got {uri!r}; "
                 "use a local copy of the data"
             )
+        check_local_inputs(spec)
         reject_oss_outputs(spec, self.name)
         if spec.instance_count > 1:
             log.warning(
@@ -114,7 +120,7 @@ class LocalBackend(LocalResults):
                 contract.JobLayout(job_dir / "ml"),
                 spec.hyperparameters,
                 input_files,
-                spec.output_channels,
+                spec.output_dirs,
             )
         )
         return env

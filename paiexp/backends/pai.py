@@ -22,7 +22,7 @@ from typing import Any
 
 from paiexp import contract
 from paiexp.backends.base import JobHandle, JobState, JobStatus, LogChunk
-from paiexp.backends.checks import check_positive, local_channels
+from paiexp.backends.checks import check_local_inputs, check_positive, local_channels
 from paiexp.backends.pai_api import PAGE_SIZE, PaiApi, PaiRejected
 from paiexp.cache import cache_root
 from paiexp.errors import UserError
@@ -102,9 +102,7 @@ class PaiBackend:
             )
         if not spec.instance_type:
             raise UserError("job.instance_type: backend=pai needs an ECS spec, e.g. ecs.c6.large")
-        for channel, uri in local_channels(spec.inputs).items():
-            if not Path(uri).exists():
-                raise UserError(f"job.inputs.{channel}: no such file or directory: {uri}")
+        check_local_inputs(spec)
         for channel, output in local_channels(spec.outputs).items():
             raise UserError(
                 f"job.outputs.{channel}: backend=pai writes outputs to OSS; give an "
@@ -165,7 +163,7 @@ class PaiBackend:
     def request_body(self, spec: JobSpec) -> dict[str, Any]:
         """The CreateTrainingJob request for ``spec`` (uploading its code and local inputs)."""
         config = self.config
-        channels = [*spec.output_channels, OUTPUT_PARAMETERS]
+        channels = spec.output_dirs
         algorithm: dict[str, Any] = {
             "Image": spec.image or config.image,
             "Command": ["/bin/sh", "-c", spec.command],
