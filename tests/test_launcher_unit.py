@@ -11,7 +11,7 @@ import io
 import os
 import signal
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from paiexp.sweep.opening import open_study, sweep_id
 from paiexp.sweep.progress import Progress
 from paiexp.sweep.records import JOB_NAME, OWNER, job_name
 from paiexp.sweep.resume import reopen
-from paiexp.sweep.tracking import TrackingSetup
+from paiexp.sweep.tracking import FinishedTrial, TrackingSetup
 
 
 class RecordingTracker:
@@ -46,8 +46,8 @@ class RecordingTracker:
     ) -> None:
         self.calls.append(("open_parent", sweep_id, dict(create["params"])))
 
-    def reconcile(self, trials: list[dict[str, Any]]) -> None:
-        self.calls.append(("reconcile", [t["job_name"] for t in trials]))
+    def reconcile(self, trials: Iterable[FinishedTrial]) -> None:
+        self.calls.append(("reconcile", [t.job_name for t in trials]))
 
     def start_child(self, job_name: str, record: Any, tags: Any, *, adopted: bool = False) -> None:
         self.calls.append(("start_child", job_name, adopted))

@@ -9,11 +9,12 @@ lost fails and, within ``sweep.retries``, is re-run.
 from __future__ import annotations
 
 import socket
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from paiexp.errors import UserError
 from paiexp.processes import process_alive
 from paiexp.sweep.records import JOB_ID, JOB_NAME, OWNER, REASON
+from paiexp.sweep.tracking_messages import FinishedTrial
 from paiexp.sweep.trial_jobs import InFlight, TrialJobs
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ def orphaned(frozen: FrozenTrial) -> bool:
     return not process_alive(int(pid), start)
 
 
-def finished_before(jobs: TrialJobs) -> list[dict[str, Any]]:
+def finished_before(jobs: TrialJobs) -> list[FinishedTrial]:
     """Trials that had finished before this launch, for the tracker to check that each has a
     closed run (a crash may have dropped the calls queued for it)."""
     trials = []
@@ -85,16 +86,16 @@ def finished_before(jobs: TrialJobs) -> list[dict[str, Any]]:
         except UserError:
             continue  # a trial the schema rejected never had a run
         trials.append(
-            {
-                "job_name": name,
-                "number": trial.number,
-                "state": trial.state.name,
-                "reason": trial.user_attrs.get(REASON),
-                "record": jobs.record(trial.params, spec),
-                "tags": {
+            FinishedTrial(
+                job_name=name,
+                number=trial.number,
+                state=trial.state.name,
+                reason=trial.user_attrs.get(REASON),
+                record=jobs.record(trial.params, spec),
+                tags={
                     "paiexp.trial_number": str(trial.number),
                     "paiexp.sweep_id": jobs.sweep_id,
                 },
-            }
+            )
         )
     return trials

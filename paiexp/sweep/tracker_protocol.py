@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from paiexp.metrics import MetricPoint
     from paiexp.monitor import JobResult
-    from paiexp.sweep.tracking import TrackingSetup, TrialRecord
+    from paiexp.sweep.tracking_messages import FinishedTrial, TrackingSetup, TrialRecord
 
 
 class Tracker(Protocol):
@@ -30,7 +30,7 @@ class Tracker(Protocol):
         invocation: Mapping[str, str],
     ) -> None: ...
 
-    def reconcile(self, trials: list[dict[str, Any]]) -> None: ...
+    def reconcile(self, trials: Iterable[FinishedTrial]) -> None: ...
 
     def start_child(
         self, job_name: str, record: TrialRecord, tags: Mapping[str, str], *, adopted: bool = False

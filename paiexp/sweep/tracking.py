@@ -116,13 +116,9 @@ class SweepTracker:
         )
         self._send(OpenParent(sweep_id, known_run_id, new, dict(invocation)))
 
-    def reconcile(self, trials: Iterable[FinishedTrial | Mapping[str, Any]]) -> None:
-        """Trials that finished before this launch; a mapping holds FinishedTrial's fields."""
-        self._send(
-            Reconcile(
-                tuple(t if isinstance(t, FinishedTrial) else FinishedTrial(**t) for t in trials)
-            )
-        )
+    def reconcile(self, trials: Iterable[FinishedTrial]) -> None:
+        """Trials that finished before this launch: each gets a closed run."""
+        self._send(Reconcile(tuple(trials)))
 
     def start_child(
         self, job_name: str, record: TrialRecord, tags: Mapping[str, str], *, adopted: bool = False
