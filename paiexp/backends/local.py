@@ -13,6 +13,7 @@ session, so it survives the launcher; the runner records the job's state in ``st
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import select
@@ -20,6 +21,8 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
+from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -43,6 +46,8 @@ from paiexp.spec import JobSpec
 
 log = logging.getLogger(__name__)
 
+STANDBY_RUNNERS = 4  # at most, for a sweep
+
 
 class LocalBackend(LocalResults):
     name = "local"
@@ -56,6 +61,8 @@ class LocalBackend(LocalResults):
         self.threads_per_job = len(os.sched_getaffinity(0))
         self._children: dict[str, subprocess.Popen[bytes]] = {}  # runners we started
         self._pidfds: dict[str, int] = {}  # runners we wait on
+        self._standby = StandbyRunners()  # kept only for sweeps (set_concurrency)
+        weakref.finalize(self, self._standby.dismiss)
 
     def job_dir(self, name: str) -> Path:
         return self.jobs.path(name)
@@ -81,6 +88,8 @@ class LocalBackend(LocalResults):
         each other down several times over.
         """
         self.threads_per_job = cpu_share(len(os.sched_getaffinity(0)), jobs)
+        # A sweep: keep runners ready for its next jobs (a few: freed slots come one by one).
+        self._standby.keep(min(jobs, STANDBY_RUNNERS))
 
     # -- submit / find ---------------------------------------------------------------------
 
@@ -126,25 +135,19 @@ class LocalBackend(LocalResults):
         return env
 
     def _start_runner(self, job_dir: Path, env: dict[str, str]) -> None:
-        command = [
-            sys.executable,
-            "-S",  # the runner needs no site-packages to start (it adds them if it must)
-            local_runner.__file__,
+        """Hand the job to the runner on standby, else start one for it (as a sweep runs,
+        the next standby runner starts at once, while the jobs run)."""
+        arguments = [
             str(job_dir),
             str(self.stop_grace_period),
             self.install_requirements,
             str(self.root / ".cache"),
         ]
-        self._children[job_dir.name] = subprocess.Popen(
-            command,
-            env=env,
-            cwd=job_dir,
-            start_new_session=True,
-            close_fds=True,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        runner = self._standby.hand_over(arguments, env)
+        if runner is None:
+            runner = _spawn_runner(arguments, env, cwd=job_dir)
+        self._children[job_dir.name] = runner
+        self._standby.replenish()
 
     # -- status / logs / stop --------------------------------------------------------------
 
@@ -257,3 +260,63 @@ def _link_inputs(spec: JobSpec, job_dir: Path) -> None:
         else:
             channel_dir.mkdir()
             (channel_dir / Path(source).name).symlink_to(source)
+
+
+def _spawn_runner(
+    arguments: list[str], env: dict[str, str], *, cwd: Path | None = None, stdin: bool = False
+) -> subprocess.Popen[bytes]:
+    """A runner process in a session of its own (the job survives the launcher)."""
+    return subprocess.Popen(
+        # -S: the runner needs no site-packages to start (it adds them if it must)
+        [sys.executable, "-S", local_runner.__file__, *arguments],
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+        close_fds=True,
+        stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+class StandbyRunners:
+    """Runners started ahead, their imports done, each waiting on a pipe for a job."""
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.ready: deque[subprocess.Popen[bytes]] = deque()
+
+    def keep(self, size: int) -> None:
+        """Keep ``size`` runners ready from now on."""
+        self.size = size
+        self.replenish()
+
+    def replenish(self) -> None:
+        while len(self.ready) < self.size:
+            self.ready.append(_spawn_runner([local_runner.STANDBY], dict(os.environ), stdin=True))
+
+    def hand_over(
+        self, arguments: list[str], env: dict[str, str]
+    ) -> subprocess.Popen[bytes] | None:
+        """A standby runner, now running this job; None if there is none (or all died)."""
+        order = json.dumps({"args": arguments, "env": env}).encode() + b"\n"
+        while self.ready:
+            runner = self.ready.popleft()
+            assert runner.stdin is not None
+            try:
+                runner.stdin.write(order)
+                runner.stdin.close()
+            except (BrokenPipeError, ValueError):
+                runner.wait()
+                continue
+            return runner
+        return None
+
+    def dismiss(self) -> None:
+        """No more jobs: each standby runner exits when its pipe closes."""
+        self.size = 0
+        while self.ready:
+            runner = self.ready.popleft()
+            assert runner.stdin is not None
+            runner.stdin.close()
+            runner.wait()

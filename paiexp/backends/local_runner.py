@@ -1,4 +1,5 @@
-"""The detached runner of one local job: ``python -S local_runner.py JOB_DIR GRACE INSTALL CACHE``.
+"""The detached runner of one local job: ``python -S local_runner.py JOB_DIR GRACE INSTALL CACHE``
+(or ``... --standby``: started ahead, it waits for a job on its standard input).
 
 It runs in its own session (the launcher may die; the job goes on), installs the job's
 requirements, runs the command with ``sh -c`` in its own process group, enforces
@@ -7,14 +8,17 @@ outcome in ``state.json`` atomically.
 
 It starts for every job, so it is kept lean: started by path without ``site``, it imports a
 handful of standard modules (the rest only when needed) and uses one interval timer instead
-of threads; its helpers are the standard-library-only :mod:`paiexp.jsonfiles`,
-:mod:`paiexp.processes`, :mod:`paiexp.exits` and :mod:`paiexp.requirements`.
+of threads.  A sweep keeps a few runners on standby, started and imported while jobs run, so
+a freed slot's next job starts without an interpreter's start-up.  Its helpers are the
+standard-library-only :mod:`paiexp.jsonfiles`, :mod:`paiexp.processes`, :mod:`paiexp.exits`
+and :mod:`paiexp.requirements`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import signal
 import subprocess
@@ -228,7 +232,30 @@ def _site() -> Any:
     return site
 
 
+STANDBY = "--standby"
+
+
+def await_job() -> list[str] | None:
+    """On standby: the job's arguments, once the launcher hands them over as one JSON line
+    ``{"args": [JOB_DIR, GRACE, INSTALL, CACHE], "env": {...}}`` on standard input; the job's
+    environment becomes this process's.  None when the launcher closed the pipe without a
+    whole line (it finished, or died): there is no job."""
+    line = sys.stdin.buffer.readline()
+    if not line.endswith(b"\n"):
+        return None
+    order = json.loads(line)
+    os.environ.clear()
+    os.environ.update(order["env"])
+    os.chdir(order["args"][0])
+    return [str(arg) for arg in order["args"]]
+
+
 def main(argv: list[str]) -> int:
+    if argv == [STANDBY]:
+        job = await_job()
+        if job is None:
+            return 0
+        argv = job
     job_dir, grace, install, cache_dir = argv
     runner = Runner(job_dir, float(grace), install, cache_dir)
     try:
@@ -242,4 +269,5 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    os._exit(code)  # the state is written: the launcher waits on this exit, spare it teardown
