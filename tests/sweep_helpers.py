@@ -20,6 +20,32 @@ JOB = {
     ],
 }
 
+MEDIAN_PRUNER = {  # after two complete trials, stops one whose loss is above their median
+    "name": "median",
+    "metric": "loss",
+    "direction": "minimize",  # the loss falls as a good trial goes on
+    "options": {"n_startup_trials": 2, "n_warmup_steps": 1},
+}
+
+
+def third_trial_pruned(params: dict[str, Any], worst_x: float = 2.9) -> dict[str, Any]:
+    """A sweep of three trials, one at a time, whose third (x = ``worst_x``, the first two
+    near 0) the median pruner stops."""
+    return {
+        "params": params,
+        "n_trials": 3,
+        "parallelism": 1,
+        "sampler": {"name": "random", "seed": 0},
+        "pruner": MEDIAN_PRUNER,
+        "enqueue": [{"x": 0.0}, {"x": 0.1}, {"x": worst_x}],
+    }
+
+
+def children_by_trial(root: Path) -> dict[str, Any]:
+    """The project's trial runs by trial number (the tag, a string)."""
+    _, children = sweep_runs(root)
+    return {c.data.tags["paiexp.trial_number"]: c for c in children}
+
 
 def synthetic_project(root: Path, sweep: dict[str, Any], job: dict[str, Any] | None = None) -> Path:
     shutil.copytree(REPO / "conf", root / "conf")

@@ -11,14 +11,14 @@ import io
 import os
 import signal
 import socket
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from fake_backend import FakeBackend, Script
 from rich.console import Console
-from sweep_helpers import synthetic_project
+from sweep_helpers import synthetic_project, third_trial_pruned
 
 from paiexp.backends import JobState
 from paiexp.compose import compose, locate_project, to_object
@@ -28,51 +28,42 @@ from paiexp.sweep.opening import open_study, sweep_id
 from paiexp.sweep.progress import Progress
 from paiexp.sweep.records import JOB_NAME, OWNER, job_name
 from paiexp.sweep.resume import reopen
-from paiexp.sweep.tracking import FinishedTrial, TrackingSetup
+from paiexp.sweep.tracker_protocol import Tracker
+from paiexp.sweep.tracking_messages import (
+    Call,
+    FailChild,
+    FinishChild,
+    FinishParent,
+    StartChild,
+    TrackingSetup,
+)
+
+C = TypeVar("C", bound=Call)
 
 
-class RecordingTracker:
-    """The tracker's methods, recorded; every child run exists as soon as it is started."""
+class RecordingTracker(Tracker):
+    """The tracker's calls, recorded; every child run exists as soon as it is started."""
 
     def __init__(self, setup: TrackingSetup) -> None:
+        super().__init__()
         self.setup = setup
-        self.calls: list[tuple[Any, ...]] = []
-        self.errors: list[str] = []
-        self.fatal: str | None = None
-        self.run_ids: dict[str, str] = {}
+        self.calls: list[Call] = []
+        self.closed = False
 
-    def open_parent(
-        self, sweep_id: str, known_run_id: str | None, create: Mapping[str, Any], invocation: Any
-    ) -> None:
-        self.calls.append(("open_parent", sweep_id, dict(create["params"])))
+    def send(self, call: Call) -> None:
+        self.calls.append(call)
+        if isinstance(call, StartChild):
+            self._run_ids[call.job_name] = f"run-{call.job_name}"
 
-    def reconcile(self, trials: Iterable[FinishedTrial]) -> None:
-        self.calls.append(("reconcile", [t.job_name for t in trials]))
-
-    def start_child(self, job_name: str, record: Any, tags: Any, *, adopted: bool = False) -> None:
-        self.calls.append(("start_child", job_name, adopted))
-        self.run_ids[job_name] = f"run-{job_name}"
-
-    def finish_child(
-        self, job_name: str, result: Any, unlogged: Any, status: str, reason: Any, tags: Any
-    ) -> None:
-        self.calls.append(("finish_child", job_name, status))
-
-    def fail_child(self, job_name: str, reason: str) -> None:
-        self.calls.append(("fail_child", job_name, reason))
-
-    def update_best(self, metrics: Any, step: int, tags: Any, best_job: str | None) -> None:
-        self.calls.append(("update_best", dict(metrics), best_job))
-
-    def finish_parent(self, *, interrupted: bool) -> None:
-        self.calls.append(("finish_parent", interrupted))
+    def take_replies(self) -> None:
+        pass  # nothing fails, every run exists at once
 
     def close(self) -> str | None:
-        self.calls.append(("close",))
+        self.closed = True
         return "sqlite:///recorded.db"
 
-    def named(self, call: str) -> list[tuple[Any, ...]]:
-        return [c[1:] for c in self.calls if c[0] == call]
+    def sent(self, kind: type[C]) -> list[C]:
+        return [c for c in self.calls if isinstance(c, kind)]
 
 
 @dataclasses.dataclass
@@ -139,7 +130,7 @@ def test_n_trials_is_exact_and_parallelism_is_never_exceeded(tmp_path: Path) -> 
     assert len(backend.created) == len(set(backend.created)) == 5
     assert backend.concurrency == 3
     assert backend.most_running == 3
-    assert [status for _, status in run.tracker.named("finish_child")] == ["FINISHED"] * 5
+    assert [c.status for c in run.tracker.sent(FinishChild)] == ["FINISHED"] * 5
     assert run.outcome.stop_reason is None and not run.outcome.failed
 
 
@@ -187,7 +178,7 @@ def test_a_script_failure_is_not_retried(tmp_path: Path) -> None:
     run = launch(prepare(tmp_path, backend, n_trials=2, parallelism=1, retries=2))
     assert [(s, a.get("paiexp:retried")) for s, a in run.trials()] == [("FAIL", None)] * 2
     assert all(a["paiexp:failure_reason"] == "exit code 3" for _, a in run.trials())
-    assert [status for _, status in run.tracker.named("finish_child")] == ["FAILED"] * 2
+    assert [c.status for c in run.tracker.sent(FinishChild)] == ["FAILED"] * 2
     assert not run.outcome.failed  # failed trials do not fail a sweep without max_failures
 
 
@@ -229,7 +220,7 @@ def test_a_rejected_job_fails_its_trial_and_the_sweep_goes_on(tmp_path: Path) ->
     reason = "job rejected: instance type ecs.gn7 is not offered here"
     assert run.trials()[0][1]["paiexp:failure_reason"] == reason
     rejected = run.trials()[0][1][JOB_NAME]
-    assert run.tracker.named("fail_child") == [(rejected, reason)]
+    assert run.tracker.sent(FailChild) == [FailChild(rejected, reason)]
     assert rejected not in backend.created
     assert run.outcome.stop_reason is None and not run.outcome.failed
 
@@ -254,15 +245,7 @@ def test_the_pruner_gets_its_metric_in_the_studys_direction_and_condemned_jobs_s
         tmp_path,
         backend,
         objective={"metric": "score", "direction": objective_direction},
-        n_trials=3,
-        parallelism=1,
-        pruner={
-            "name": "median",
-            "metric": "loss",
-            "direction": "minimize",  # the loss falls as a good trial goes on
-            "options": {"n_startup_trials": 2, "n_warmup_steps": 1},
-        },
-        enqueue=[{"x": 0.0}, {"x": 0.1}, {"x": 0.9}],
+        **third_trial_pruned({"x": "interval(-1, 1)"}, worst_x=0.9),
     )
     run = launch(prepared)
     trials = run.outcome.study.trials
@@ -273,7 +256,8 @@ def test_the_pruner_gets_its_metric_in_the_studys_direction_and_condemned_jobs_s
     assert backend.stopped == [name]
     assert backend.jobs[name].printed < 20  # stopped early
     assert max(pruned.intermediate_values) >= 1
-    assert run.tracker.named("finish_child")[-1] == (name, "KILLED")
+    finished = run.tracker.sent(FinishChild)[-1]
+    assert (finished.job_name, finished.status) == (name, "KILLED")
 
 
 # -- interrupts ----------------------------------------------------------------------------
@@ -293,7 +277,7 @@ def test_ctrl_c_stops_the_jobs_and_their_points_wait_to_run_again(tmp_path: Path
     assert all(t.user_attrs["paiexp:attempt"] == 0 for t in trials[2:])  # not a failed attempt
     assert run.outcome.interrupted and run.outcome.stop_reason == "interrupted"
     assert not run.outcome.failed
-    assert run.tracker.named("finish_parent") == [(True,)]
+    assert run.tracker.sent(FinishParent) == [FinishParent(interrupted=True)]
     assert "interrupted: no new trials; stopping running jobs" in run.said
 
 
@@ -304,7 +288,7 @@ def test_ctrl_c_with_detach_leaves_the_jobs_running(tmp_path: Path) -> None:
     assert backend.stopped == []
     assert len(backend.running()) == 2
     assert run.outcome.interrupted
-    assert run.tracker.named("finish_child") == []
+    assert run.tracker.sent(FinishChild) == []
     assert "leaving running jobs to a later launch" in run.said
 
 
@@ -339,7 +323,7 @@ def test_a_resumed_sweep_adopts_orphaned_trials_and_reattaches_by_job_name(
     assert len(backend.created) == len(set(backend.created)) == 4  # no job ran twice
     assert backend.created[:3] == [*running, unsubmitted_name]
     adopted = [(name, True) for name in [*running, unsubmitted_name]]
-    assert run.tracker.named("start_child")[:3] == adopted
+    assert [(c.job_name, c.adopted) for c in run.tracker.sent(StartChild)[:3]] == adopted
     assert all(f"re-attaching to job {name}" in run.said for name in running)
     assert all(a[OWNER] != f"{socket.gethostname()}:{os.getpid()}:0" for _, a in run.trials())
 
@@ -357,8 +341,8 @@ def test_a_job_lost_while_no_launcher_watched_fails_and_is_rerun(tmp_path: Path)
     )
     assert trials[0].user_attrs["paiexp:retried"] is True
     assert trials[2].params == trials[0].params and trials[2].user_attrs["paiexp:attempt"] == 1
-    assert (lost, f"job {lost} was lost (not found after a restart)") in run.tracker.named(
-        "fail_child"
+    assert FailChild(lost, f"job {lost} was lost (not found after a restart)") in run.tracker.sent(
+        FailChild
     )
     assert backend.created.count(kept) == 1  # re-attached, not resubmitted
 
@@ -371,5 +355,5 @@ def test_trials_of_a_live_launcher_are_left_to_it(tmp_path: Path) -> None:
 
     run = launch(prepared)
     assert [state for state, _ in run.trials()] == ["RUNNING", "RUNNING"]
-    assert run.tracker.named("start_child") == []
+    assert run.tracker.sent(StartChild) == []
     assert len(backend.created) == 2

@@ -21,7 +21,13 @@ import pytest
 from conftest import REPO, assert_nothing_started, clean_env, run_paiexp, wait_until
 from emulator import Emulator
 from emulator.store import split_uri
-from sweep_helpers import load_study, sweep_runs, synthetic_project
+from sweep_helpers import (
+    children_by_trial,
+    load_study,
+    sweep_runs,
+    synthetic_project,
+    third_trial_pruned,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -130,20 +136,7 @@ def test_xgb_sweep_on_pai(cloud: Emulator, tmp_path: Path) -> None:
 
 def test_pruned_trials_are_stopped_on_pai(cloud: Emulator, tmp_path: Path) -> None:
     root = synthetic_project(
-        tmp_path,
-        {
-            "params": {"x": "interval(-3, 3)", "duration": 3.0, "steps": 30},
-            "n_trials": 3,
-            "parallelism": 1,
-            "sampler": {"name": "random", "seed": 0},
-            "pruner": {
-                "name": "median",
-                "metric": "loss",
-                "direction": "minimize",
-                "options": {"n_startup_trials": 2, "n_warmup_steps": 1},
-            },
-            "enqueue": [{"x": 0.0}, {"x": 0.1}, {"x": 2.9}],
-        },
+        tmp_path, third_trial_pruned({"x": "interval(-3, 3)", "duration": 3.0, "steps": 30})
     )
     result = run_paiexp(root, "+sweep=syn", *pai_overrides(cloud), env=pai_env(cloud))
     assert result.returncode == 0, result.stderr[-3000:]
@@ -156,9 +149,7 @@ def test_pruned_trials_are_stopped_on_pai(cloud: Emulator, tmp_path: Path) -> No
     assert job["Status"] == "Terminated"
     assert job["Duration"] < 3  # stopped well before its 3 s of work
     assert [t["Status"] for t in job["StatusTransitions"]][-1] == "Terminated"
-    _, children = sweep_runs(root)
-    by_trial = {c.data.tags["paiexp.trial_number"]: c for c in children}
-    assert by_trial["2"].info.status == "KILLED"
+    assert children_by_trial(root)["2"].info.status == "KILLED"
 
 
 def test_a_sweep_rides_out_injected_faults(cloud: Emulator, tmp_path: Path) -> None:

@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 from conftest import clean_env, run_paiexp, wait_until
-from sweep_helpers import load_study, sweep_runs, synthetic_project
+from sweep_helpers import (
+    children_by_trial,
+    load_study,
+    sweep_runs,
+    synthetic_project,
+    third_trial_pruned,
+)
 
 from paiexp.jsonfiles import read_json
 from paiexp.processes import process_alive
@@ -48,20 +54,7 @@ def running_jobs(root: Path) -> list[Path]:
 
 def test_bad_trials_are_pruned_and_their_jobs_stopped(tmp_path: Path) -> None:
     root = synthetic_project(
-        tmp_path,
-        {
-            "params": {"x": "interval(-3, 3)", "duration": 4.0, "steps": 20},
-            "n_trials": 3,
-            "parallelism": 1,
-            "sampler": {"name": "random", "seed": 0},
-            "pruner": {
-                "name": "median",
-                "metric": "loss",
-                "direction": "minimize",
-                "options": {"n_startup_trials": 2, "n_warmup_steps": 1},
-            },
-            "enqueue": [{"x": 0.0}, {"x": 0.1}, {"x": 2.9}],
-        },
+        tmp_path, third_trial_pruned({"x": "interval(-3, 3)", "duration": 4.0, "steps": 20})
     )
     result = run_paiexp(root, "+sweep=syn")
     assert result.returncode == 0, result.stderr
@@ -75,8 +68,7 @@ def test_bad_trials_are_pruned_and_their_jobs_stopped(tmp_path: Path) -> None:
     assert state["ended_at"] - state["started_at"] < 3.0  # stopped well before its 4 s
     assert gone(state["pgid"])
     assert max(pruned.intermediate_values) >= 1
-    _, children = sweep_runs(root)
-    by_trial = {c.data.tags["paiexp.trial_number"]: c for c in children}
+    by_trial = children_by_trial(root)
     assert by_trial["2"].info.status == "KILLED"
     assert by_trial["2"].data.tags["paiexp.trial_state"] == "PRUNED"
     assert by_trial["0"].info.status == "FINISHED"

@@ -46,7 +46,9 @@ from paiexp.sweep.study import (
     storage_location,
 )
 from paiexp.sweep.tracker_protocol import TrackerFactory
-from paiexp.sweep.tracking import PARENT_RUN_ATTR, SweepTracker, TrackingSetup
+from paiexp.sweep.tracking import SweepTracker
+from paiexp.sweep.tracking_messages import TrackingSetup
+from paiexp.sweep.tracking_worker import PARENT_RUN_ATTR
 from paiexp.sweep.trial_jobs import TrialJobs
 from paiexp.sweep.trials import TrialBuilder
 

@@ -1,26 +1,66 @@
-"""What the launcher needs of a sweep's tracker (``SweepTracker``, or a test's fake)."""
+"""What the launcher needs of a sweep's tracker: its verbs, each one typed call.
+
+:class:`Tracker` turns every verb into one message of :mod:`paiexp.sweep.tracking_messages`
+and hands it to :meth:`Tracker.send`: :class:`paiexp.sweep.tracking.SweepTracker` sends it to
+the tracking process, a test's fake records it.
+"""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
+
+from paiexp.sweep.tracking_messages import (
+    Call,
+    FailChild,
+    FinishChild,
+    FinishedTrial,
+    FinishParent,
+    NewParentRun,
+    OpenParent,
+    Reconcile,
+    StartChild,
+    TrackingSetup,
+    TrialRecord,
+    UpdateBest,
+)
 
 if TYPE_CHECKING:
     from paiexp.metrics import MetricPoint
     from paiexp.monitor import JobResult
-    from paiexp.sweep.tracking_messages import FinishedTrial, TrackingSetup, TrialRecord
 
 
-class Tracker(Protocol):
-    errors: list[str]
+class Tracker(ABC):
+    """A sweep's tracker. ``fatal`` says when tracking cannot work (the launcher then stops
+    submitting); ``run_ids`` maps a job's name to its trial's run, for the runs made so far."""
+
+    def __init__(self) -> None:
+        self._fatal: str | None = None
+        self._run_ids: dict[str, str] = {}
+        self.errors: list[str] = []
+
+    @abstractmethod
+    def send(self, call: Call) -> None:
+        """Hand one call on, in order."""
+
+    @abstractmethod
+    def close(self) -> str | None:
+        """Wait until every call is done; returns the tracking URI, if it opened."""
+
+    @abstractmethod
+    def take_replies(self) -> None:
+        """Take what the tracking answered so far (runs created, calls failed)."""
 
     @property
     def fatal(self) -> str | None:
-        """Why tracking cannot work, if it cannot (the sweep then stops submitting)."""
+        self.take_replies()
+        return self._fatal
 
     @property
     def run_ids(self) -> dict[str, str]:
-        """Job name -> the id of its trial's run, for the runs created so far."""
+        self.take_replies()
+        return self._run_ids
 
     def open_parent(
         self,
@@ -28,13 +68,23 @@ class Tracker(Protocol):
         known_run_id: str | None,
         create: Mapping[str, Any],
         invocation: Mapping[str, str],
-    ) -> None: ...
+    ) -> None:
+        """``create``: the new parent run's ``study_name`` (its name), ``tags`` and ``params``."""
+        new = NewParentRun(
+            run_name=str(create["study_name"]),
+            tags=dict(create["tags"]),
+            params={key: str(value) for key, value in create["params"].items()},
+        )
+        self.send(OpenParent(sweep_id, known_run_id, new, dict(invocation)))
 
-    def reconcile(self, trials: Iterable[FinishedTrial]) -> None: ...
+    def reconcile(self, trials: Iterable[FinishedTrial]) -> None:
+        """Trials that finished before this launch: each gets a closed run."""
+        self.send(Reconcile(tuple(trials)))
 
     def start_child(
         self, job_name: str, record: TrialRecord, tags: Mapping[str, str], *, adopted: bool = False
-    ) -> None: ...
+    ) -> None:
+        self.send(StartChild(job_name, record, dict(tags), adopted))
 
     def finish_child(
         self,
@@ -44,18 +94,19 @@ class Tracker(Protocol):
         status: str,
         reason: str | None,
         tags: Mapping[str, str],
-    ) -> None: ...
+    ) -> None:
+        self.send(FinishChild(job_name, result, tuple(unlogged), status, reason, dict(tags)))
 
-    def fail_child(self, job_name: str, reason: str) -> None: ...
+    def fail_child(self, job_name: str, reason: str) -> None:
+        self.send(FailChild(job_name, reason))
 
     def update_best(
         self, metrics: Mapping[str, float], step: int, tags: Mapping[str, str], best_job: str | None
-    ) -> None: ...
+    ) -> None:
+        self.send(UpdateBest(dict(metrics), step, dict(tags), best_job))
 
-    def finish_parent(self, *, interrupted: bool) -> None: ...
-
-    def close(self) -> str | None:
-        """Wait until every call is done; returns the tracking URI, if it opened."""
+    def finish_parent(self, *, interrupted: bool) -> None:
+        self.send(FinishParent(interrupted))
 
 
-TrackerFactory = Callable[["TrackingSetup"], Tracker]
+TrackerFactory = Callable[[TrackingSetup], Tracker]

@@ -12,48 +12,26 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue
-from collections.abc import Iterable, Mapping
 from typing import Any
 
-from paiexp.metrics import MetricPoint
-from paiexp.monitor import JobResult
+from paiexp.sweep.tracker_protocol import Tracker
 from paiexp.sweep.tracking_messages import (
     Call,
     CallFailed,
     Close,
     Closed,
-    FailChild,
-    FinishChild,
-    FinishedTrial,
-    FinishParent,
-    NewParentRun,
-    OpenParent,
-    Reconcile,
     Reply,
     RunCreated,
-    StartChild,
     TrackingSetup,
-    TrialRecord,
-    UpdateBest,
 )
-from paiexp.sweep.tracking_worker import PARENT_RUN_ATTR, serve
-from paiexp.tracking import TRIAL_STATE_TO_RUN_STATUS
-
-__all__ = [
-    "PARENT_RUN_ATTR",
-    "TRIAL_STATE_TO_RUN_STATUS",
-    "FinishedTrial",
-    "SweepTracker",
-    "TrackingSetup",
-    "TrialRecord",
-]
+from paiexp.sweep.tracking_worker import serve
 
 
-class SweepTracker:
-    """The launcher's handle on the tracking process. ``fatal`` says when tracking cannot
-    work (the launcher then stops submitting)."""
+class SweepTracker(Tracker):
+    """The launcher's handle on the tracking process: each call goes into its queue."""
 
     def __init__(self, setup: TrackingSetup) -> None:
+        super().__init__()
         context = multiprocessing.get_context("spawn")
         self._calls: Any = context.Queue()
         self._replies: Any = context.Queue()
@@ -64,26 +42,12 @@ class SweepTracker:
             daemon=True,
         )
         self._process.start()
-        self._fatal: str | None = None
-        self._run_ids: dict[str, str] = {}
-        self.errors: list[str] = []
         self.uri: str | None = None
 
-    def _send(self, message: Call | Close) -> None:
-        self._calls.put(message)
+    def send(self, call: Call | Close) -> None:
+        self._calls.put(call)
 
-    @property
-    def fatal(self) -> str | None:
-        self._read_replies()
-        return self._fatal
-
-    @property
-    def run_ids(self) -> dict[str, str]:
-        """Job name -> the id of its trial's run, for the runs created so far."""
-        self._read_replies()
-        return self._run_ids
-
-    def _read_replies(self, *, block: bool = False) -> None:
+    def take_replies(self, *, block: bool = False) -> None:
         """Take the replies so far; with ``block``, up to :class:`Closed`."""
         while True:
             try:
@@ -101,55 +65,9 @@ class SweepTracker:
                     self.uri = uri
                     return
 
-    def open_parent(
-        self,
-        sweep_id: str,
-        known_run_id: str | None,
-        create: Mapping[str, Any],
-        invocation: Mapping[str, str],
-    ) -> None:
-        """``create``: the new parent run's ``study_name`` (its name), ``tags`` and ``params``."""
-        new = NewParentRun(
-            run_name=str(create["study_name"]),
-            tags=dict(create["tags"]),
-            params={key: str(value) for key, value in create["params"].items()},
-        )
-        self._send(OpenParent(sweep_id, known_run_id, new, dict(invocation)))
-
-    def reconcile(self, trials: Iterable[FinishedTrial]) -> None:
-        """Trials that finished before this launch: each gets a closed run."""
-        self._send(Reconcile(tuple(trials)))
-
-    def start_child(
-        self, job_name: str, record: TrialRecord, tags: Mapping[str, str], *, adopted: bool = False
-    ) -> None:
-        self._send(StartChild(job_name, record, dict(tags), adopted))
-
-    def finish_child(
-        self,
-        job_name: str,
-        result: JobResult,
-        unlogged: list[MetricPoint],
-        status: str,
-        reason: str | None,
-        tags: Mapping[str, str],
-    ) -> None:
-        self._send(FinishChild(job_name, result, tuple(unlogged), status, reason, dict(tags)))
-
-    def fail_child(self, job_name: str, reason: str) -> None:
-        self._send(FailChild(job_name, reason))
-
-    def update_best(
-        self, metrics: Mapping[str, float], step: int, tags: Mapping[str, str], best_job: str | None
-    ) -> None:
-        self._send(UpdateBest(dict(metrics), step, dict(tags), best_job))
-
-    def finish_parent(self, *, interrupted: bool) -> None:
-        self._send(FinishParent(interrupted))
-
     def close(self) -> str | None:
         """Wait until every queued call is done; returns the tracking URI, if it opened."""
-        self._send(Close())
-        self._read_replies(block=True)
+        self.send(Close())
+        self.take_replies(block=True)
         self._process.join()
         return self.uri

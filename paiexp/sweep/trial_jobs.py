@@ -16,7 +16,8 @@ from paiexp.errors import UserError
 from paiexp.monitor import JobMonitor, JobResult
 from paiexp.spec import JobSpec
 from paiexp.sweep.records import JOB_ID, JOB_NAME, OWNER, PRUNING, REASON, REASON_LIMIT, job_name
-from paiexp.sweep.tracking import TRIAL_STATE_TO_RUN_STATUS, TrialRecord
+from paiexp.sweep.tracking_messages import TrialRecord
+from paiexp.tracking import TRIAL_STATE_TO_RUN_STATUS
 
 if TYPE_CHECKING:
     from optuna import Study, Trial
