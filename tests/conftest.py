@@ -123,6 +123,24 @@ def assert_nothing_started(directory: Path) -> None:
         assert not (directory / name).exists(), f"{name} was created in {directory}"
 
 
+ERROR_PREFIX = "paiexp: error: "
+
+
+def assert_one_line_error(done: subprocess.CompletedProcess[str]) -> str:
+    """The error line of a user mistake, after checking the whole contract but its content:
+    one line on stderr, nothing on stdout, no traceback, exit code 2."""
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "Traceback" not in done.stdout, done.stdout
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, f"expected one stderr line, got:\n{done.stderr}"
+    line = lines[0]
+    assert line.startswith(ERROR_PREFIX), line
+    assert line[len(ERROR_PREFIX) :].strip(), line
+    assert done.returncode == 2, done.stderr
+    return line
+
+
 HEAVY_MODULES = ("mlflow", "optuna", "docker", "alibabacloud_paistudio20220112", "oss2")
 
 

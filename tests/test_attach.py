@@ -30,14 +30,19 @@ def wait_for_running_job(project: Path, timeout: float = 120) -> Path:
     return wait_until(started, timeout, "a job printing its second step")
 
 
-def test_job_outlives_a_killed_launcher_and_attach_tracks_its_end(project: Path) -> None:
-    launcher = subprocess.Popen(
-        [sys.executable, "-m", "paiexp", "-q", COMMAND],
+def start_launcher(project: Path, command: str) -> subprocess.Popen[bytes]:
+    """``paiexp -q`` running the job ``command`` sets, in the background, its output dropped."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "paiexp", "-q", command],
         cwd=project,
         env=clean_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+
+
+def test_job_outlives_a_killed_launcher_and_attach_tracks_its_end(project: Path) -> None:
+    launcher = start_launcher(project, COMMAND)
     job_dir = wait_for_running_job(project)
     os.kill(launcher.pid, signal.SIGKILL)
     launcher.wait()
@@ -78,13 +83,7 @@ def test_attach_does_not_log_again_what_the_dead_launcher_flushed(project: Path)
         'job.command=\'for i in $(seq 0 15); do echo "[$i] validation-logloss:0.$i"; '
         "sleep 0.5; done; echo test-auc=0.8'"
     )
-    launcher = subprocess.Popen(
-        [sys.executable, "-m", "paiexp", "-q", command],
-        cwd=project,
-        env=clean_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    launcher = start_launcher(project, command)
     wait_for_running_job(project)
     client = mlflow_client(project)
 

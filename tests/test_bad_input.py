@@ -12,9 +12,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, assert_nothing_started, run_paiexp, run_without_heavy_imports
-
-ERROR_PREFIX = "paiexp: error: "
+from conftest import (
+    REPO,
+    assert_nothing_started,
+    assert_one_line_error,
+    run_paiexp,
+    run_without_heavy_imports,
+)
 
 
 def make_project(directory: Path) -> Path:
@@ -150,17 +154,9 @@ def test_bad_input_is_one_line_exit_2_and_starts_nothing(tmp_path: Path, bad: Ca
     cwd = make_project(tmp_path) if bad.in_project else tmp_path
     done = run_paiexp(cwd, *bad.args)
 
-    assert "Traceback" not in done.stderr
-    assert "Traceback" not in done.stdout
-    assert done.stdout == ""
-    lines = done.stderr.splitlines()
-    assert len(lines) == 1, f"expected one stderr line, got:\n{done.stderr}"
-    line = lines[0]
-    assert line.startswith(ERROR_PREFIX), line
-    assert line[len(ERROR_PREFIX) :].strip(), line
+    line = assert_one_line_error(done)
     for text in bad.mentions:
         assert text in line, f"{text!r} not in {line!r}"
-    assert done.returncode == 2, done.stderr
     assert_nothing_started(tmp_path)
 
 

@@ -8,16 +8,19 @@ of them runs a training job: each is rejected before the first trial.
 from __future__ import annotations
 
 import shutil
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, assert_nothing_started, run_paiexp, run_without_heavy_imports
-
-ERROR_PREFIX = "paiexp: error: "
+from conftest import (
+    REPO,
+    assert_nothing_started,
+    assert_one_line_error,
+    run_paiexp,
+    run_without_heavy_imports,
+)
 
 MULTI_OBJECTIVE_WITH_PRUNER = """\
 sweep:
@@ -51,20 +54,6 @@ def make_project(directory: Path, sweep_files: Mapping[str, str] | None = None) 
     for name, text in (sweep_files or {}).items():
         (directory / "sweeps" / f"{name}.yaml").write_text(text)
     return directory
-
-
-def assert_one_line_error(done: subprocess.CompletedProcess[str]) -> str:
-    """The error line, after checking the whole contract but its content."""
-    assert "Traceback" not in done.stderr, done.stderr
-    assert "Traceback" not in done.stdout, done.stdout
-    assert done.stdout == ""
-    lines = done.stderr.splitlines()
-    assert len(lines) == 1, f"expected one stderr line, got:\n{done.stderr}"
-    line = lines[0]
-    assert line.startswith(ERROR_PREFIX), line
-    assert line[len(ERROR_PREFIX) :].strip(), line
-    assert done.returncode == 2, done.stderr
-    return line
 
 
 @dataclass(frozen=True)
