@@ -102,6 +102,8 @@ def assert_contract_seen(seen: dict[str, Any], ml: PurePath) -> None:
         "PAI_OUTPUT_CHECKPOINTS": str(ml / "output" / "checkpoints"),
         "PAI_OUTPUT_TENSORBOARD": str(ml / "output" / "tensorboard"),
         "PAI_OUTPUT_EXTRA": str(ml / "output" / "extra"),
+        # numbers the job reports, one file each: a channel PAI jobs are given too
+        "PAI_OUTPUT_OUTPUT_PARAMETERS": str(ml / "output" / "output_parameters"),
     }
     assert seen["cwd"] == seen["working_dir"] == str(ml / "usercode")
     assert seen["config_dir"] == str(ml / "input" / "config")
