@@ -3,6 +3,7 @@ are on OSS and which are local paths."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,8 @@ from paiexp.errors import UserError
 from paiexp.spec import JobSpec
 
 OSS_SCHEME = "oss://"
+
+log = logging.getLogger(__name__)
 
 
 def check_positive(config: Any, *keys: str) -> None:
@@ -59,9 +62,18 @@ def check_local_inputs(spec: JobSpec) -> None:
             raise UserError(f"job.inputs.{channel}: no such file or directory: {uri}")
 
 
-def reject_oss_outputs(spec: JobSpec, backend: str) -> None:
-    """A backend that keeps outputs on this machine takes no ``oss://`` output URI."""
+def check_local_job(spec: JobSpec, backend: str, runs_as: str) -> None:
+    """What a backend that runs a job as one ``runs_as`` on this machine checks alike: local
+    inputs exist, outputs are no ``oss://`` URIs (they stay here), ``instance_count`` is moot."""
+    check_local_inputs(spec)
     for channel, uri in oss_channels(spec.outputs).items():
         raise UserError(
             f"job.outputs.{channel}: backend={backend} writes local paths only, got {uri!r}"
+        )
+    if spec.instance_count > 1:
+        log.warning(
+            "backend=%s runs one %s; job.instance_count=%d is ignored",
+            backend,
+            runs_as,
+            spec.instance_count,
         )

@@ -39,10 +39,9 @@ from typing import Any
 from paiexp import contract
 from paiexp.backends.base import JobHandle, JobRejected, JobState, JobStatus, LogChunk
 from paiexp.backends.checks import (
-    check_local_inputs,
+    check_local_job,
     check_process_settings,
     oss_channels,
-    reject_oss_outputs,
 )
 from paiexp.backends.docker_entry import entry_script
 from paiexp.backends.instance_types import Resources, format_size, resolve
@@ -120,13 +119,7 @@ class DockerBackend(LocalResults):
     def validate(self, spec: JobSpec) -> None:
         for channel, uri in oss_channels(spec.inputs).items():
             self._check_oss_input(channel, uri)
-        check_local_inputs(spec)
-        reject_oss_outputs(spec, self.name)
-        if spec.instance_count > 1:
-            log.warning(
-                "backend=docker runs one container; job.instance_count=%d is ignored",
-                spec.instance_count,
-            )
+        check_local_job(spec, self.name, "container")
         resources = self._resources(spec)
         image = self._image(spec)
         if resources.cpus is not None and resources.cpus > self.engine_cpus:

@@ -31,10 +31,9 @@ from paiexp import contract
 from paiexp.backends import local_runner
 from paiexp.backends.base import JobHandle, JobState, JobStatus, LogChunk
 from paiexp.backends.checks import (
-    check_local_inputs,
+    check_local_job,
     check_process_settings,
     oss_channels,
-    reject_oss_outputs,
 )
 from paiexp.backends.jobdir import JobDirectories, LocalResults, read_log_file
 from paiexp.backends.local_runner import LOCK_FILE
@@ -73,13 +72,7 @@ class LocalBackend(LocalResults):
                 f"job.inputs.{channel}: backend=local reads local paths only, got {uri!r}; "
                 "use a local copy of the data"
             )
-        check_local_inputs(spec)
-        reject_oss_outputs(spec, self.name)
-        if spec.instance_count > 1:
-            log.warning(
-                "backend=local runs one process; job.instance_count=%d is ignored",
-                spec.instance_count,
-            )
+        check_local_job(spec, self.name, "process")
 
     def set_concurrency(self, jobs: int) -> None:
         """Concurrent jobs share this machine: each gets an equal share of its CPUs as threads.
