@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,6 +32,7 @@ SWEEP_ID_TAG = "paiexp.sweep_id"
 PARENT_RUN_TAG = "mlflow.parentRunId"
 CONFIG_ARTIFACT = "config/resolved.yaml"
 SPEC_ARTIFACT = "job/spec.json"
+HYPERPARAMETERS_ARTIFACT = "job/hyperparameters.json"
 MAX_TAG_CHARS = 5000
 PARAM_MAX_CHARS = 6000
 
@@ -65,16 +64,16 @@ class MlflowTracker:
             or os.environ.get("MLFLOW_TRACKING_URI")
             or f"sqlite:///{os.path.abspath('mlflow.db')}"
         )
-        creating = _start_sqlite_creation(self.uri)  # runs while MLflow imports here
+        new_database = _new_sqlite_path(self.uri)
+        if new_database is not None and _copy_template(new_database):
+            new_database = None  # a copy of the cached empty schema: milliseconds
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
         from mlflow.tracking import MlflowClient
 
         for name in ("mlflow", "alembic"):  # their set-up chatter is not the user's business
             logging.getLogger(name).setLevel(logging.WARNING)
-        if creating is not None:
-            _, errors = creating.communicate()
-            if creating.returncode != 0:
-                raise RuntimeError(f"creating {self.uri} failed: {errors.strip()[-2000:]}")
+        if new_database is not None:  # once per machine and MLflow version: build the cache
+            create_sqlite_database(self.uri)
         self._client = MlflowClient(tracking_uri=self.uri)
         self.experiment_id = self._experiment_id(experiment)
 
@@ -141,11 +140,26 @@ class MlflowTracker:
         return str(run.info.run_id)
 
     def log_record(self, run_id: str, record: RunRecord) -> None:
-        """Params and config artifacts of a run; safe to repeat (same values)."""
+        """Params and config artifacts of a run; safe to repeat (same values).
+
+        The three artifacts go in one upload of a directory (what ``log_text`` and ``log_dict``
+        would write, byte for byte), not one temporary directory and upload each."""
+        import json
+        import tempfile
+
         self._client.log_batch(run_id, params=_params(record.params()))
-        self._client.log_text(run_id, record.config_yaml, CONFIG_ARTIFACT)
-        self._client.log_text(run_id, record.spec_json(), SPEC_ARTIFACT)
-        self._client.log_dict(run_id, record.spec.hyperparameters, "job/hyperparameters.json")
+        hyperparameters = json.dumps(record.spec.hyperparameters, indent=2, default=str)
+        files = {
+            CONFIG_ARTIFACT: record.config_yaml,
+            SPEC_ARTIFACT: record.spec_json(),
+            HYPERPARAMETERS_ARTIFACT: hyperparameters,
+        }
+        with tempfile.TemporaryDirectory() as directory:
+            for name, text in files.items():
+                path = Path(directory, name)
+                path.parent.mkdir(exist_ok=True)
+                path.write_text(text, encoding="utf-8")
+            self._client.log_artifacts(run_id, directory)
 
     def set_tags(self, run_id: str, tags: Mapping[str, str | None]) -> None:
         """Set the tags whose value is not None."""
@@ -309,23 +323,6 @@ def _clip(value: str) -> str:
     return value if len(value) <= MAX_TAG_CHARS else "..." + value[-(MAX_TAG_CHARS - 3) :]
 
 
-def _start_sqlite_creation(uri: str) -> subprocess.Popen[str] | None:
-    """Create a new SQLite tracking database: a copy of the cached empty one when there is
-    one (milliseconds), else in a child process that builds that cache first (MLflow's
-    seconds of schema migrations stay off this process). None when nothing is left to do."""
-    path = _new_sqlite_path(uri)
-    if path is None or _copy_template(path):
-        return None
-    code = "import sys; from paiexp.tracking import create_sqlite_database as c; c(sys.argv[1])"
-    return subprocess.Popen(
-        [sys.executable, "-c", code, uri],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
 def _new_sqlite_path(uri: str) -> Path | None:
     if not uri.startswith("sqlite:///") or uri == "sqlite:///:memory:":
         return None
@@ -341,7 +338,8 @@ def _template_path() -> Path:
 
 
 def create_sqlite_database(uri: str) -> None:
-    """Create a new SQLite tracking database atomically, building the cached template first.
+    """Create a new SQLite tracking database atomically, building the cached template first
+    (seconds, once per machine and MLflow version; later databases are copies of it).
 
     MLflow builds its schema with seconds of migrations; a launcher killed in the middle would
     leave a half-migrated file that every later launch refuses.  So a schema is only ever
@@ -361,16 +359,43 @@ def create_sqlite_database(uri: str) -> None:
 
 
 def _build_schema(path: Path) -> None:
+    """MLflow's own schema build (its store runs every migration on an empty file), under a
+    temporary name linked into place when complete.
+
+    Nobody can see that file until it is linked, so its connections skip the per-commit fsync
+    of the dozens of migration transactions (``synchronous=OFF``, rollback journal in memory;
+    neither is stored in the file); the finished file is synced once before it is linked.
+    """
     from mlflow.tracking._tracking_service.utils import _get_store
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
 
     temporary = path.with_name(f".{path.name}.{os.getpid()}.creating")
+
+    def unsynced(connection: Any, _record: Any) -> None:
+        cursor = connection.cursor()
+        try:
+            files = [row[2] for row in cursor.execute("PRAGMA database_list") if row[1] == "main"]
+            if files and os.path.basename(files[0]) == temporary.name:
+                cursor.execute("PRAGMA synchronous = OFF")
+                cursor.execute("PRAGMA journal_mode = MEMORY")
+        finally:
+            cursor.close()
+
+    event.listen(Engine, "connect", unsynced)
     try:
         store = _get_store(f"sqlite:///{temporary}")
         store.engine.dispose()
+        descriptor = os.open(temporary, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
         os.link(temporary, path)  # fails if another process linked its copy first: fine
     except FileExistsError:
         pass
     finally:
+        event.remove(Engine, "connect", unsynced)
         temporary.unlink(missing_ok=True)
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import optuna
+import pytest
 from mlflow.tracking import MlflowClient
 
 from paiexp.spec import JobSpec
@@ -21,7 +23,13 @@ from paiexp.sweep.tracking_messages import (
     UpdateBest,
 )
 from paiexp.sweep.tracking_worker import PARENT_RUN_ATTR, TrackingWorker
-from paiexp.tracking import MAX_TAG_CHARS, PARAM_MAX_CHARS
+from paiexp.tracking import (
+    MAX_TAG_CHARS,
+    PARAM_MAX_CHARS,
+    MlflowTracker,
+    _template_path,
+    create_sqlite_database,
+)
 
 
 def setup_in(root: Path, tracker_uri: str | None = None) -> TrackingSetup:
@@ -99,3 +107,45 @@ def test_a_call_failing_before_the_parent_run_exists_is_fatal(tmp_path: Path) ->
     assert tracker.fatal is not None and tracker.fatal.startswith("open_parent: ")
     assert tracker.errors == [tracker.fatal]
     assert tracker.run_ids == {}
+
+
+def schema(path: Path) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]], bytes]:
+    """A database's schema (each statement's lines sorted: MLflow's own builds differ in the
+    order of a table's constraints), its alembic revision and its file header's journal
+    bytes (1, 1: rollback journal, as MLflow leaves it)."""
+    with sqlite3.connect(path) as connection:
+        rows = connection.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall()
+        revision = connection.execute("SELECT version_num FROM alembic_version").fetchall()
+    connection.close()
+    statements = sorted(
+        (kind, name, table, "\n".join(sorted((sql or "").splitlines())))
+        for kind, name, table, sql in rows
+    )
+    return statements, revision, path.read_bytes()[18:20]
+
+
+def test_a_new_database_is_a_copy_of_mlflows_own_schema(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlflow.tracking._tracking_service.utils import _get_store
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    assert not _template_path().exists()
+    built = tmp_path / "built.db"
+    create_sqlite_database(f"sqlite:///{built}")  # builds the cached template, then copies it
+    mlflows = tmp_path / "mlflows.db"
+    _get_store(f"sqlite:///{mlflows}").engine.dispose()  # MLflow's own build of a new file
+    assert schema(_template_path()) == schema(built) == schema(mlflows)
+    assert schema(built)[2] == b"\x01\x01"
+    assert not list(_template_path().parent.glob(".*creating"))
+
+    # A copy of the cached schema is what MLflow opens and writes without migrating.
+    tracker = MlflowTracker(f"sqlite:///{tmp_path / 'copied.db'}", "fresh")
+    run_id = tracker._create("r", {"paiexp.kind": "test"})
+    tracker.terminate(run_id, "FINISHED")
+    client = MlflowClient(tracking_uri=tracker.uri)
+    assert client.get_run(run_id).info.status == "FINISHED"
+    default = client.get_experiment("0")
+    assert default.artifact_location == str(tmp_path / "mlruns" / "0")
+    assert schema(tmp_path / "copied.db") == schema(built)
