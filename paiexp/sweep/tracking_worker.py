@@ -2,8 +2,9 @@
 
 It dies with the launcher (a crash loses at most queued calls, which the next launch
 reconciles), ignores Ctrl-C (an interrupted sweep still closes its runs), yields the CPU to
-starting jobs, and when idle imports what the end-of-sweep plots need.  Every MLflow call goes
-through :class:`paiexp.tracking.MlflowTracker`.
+starting jobs, imports what the end-of-sweep plots need while a new trial's job starts up, and
+exits without the interpreter's teardown.  Every MLflow call goes through
+:class:`paiexp.tracking.MlflowTracker`.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ import logging
 import os
 import queue
 import signal
+import sys
 import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, assert_never
+from typing import TYPE_CHECKING, Any, NoReturn, assert_never
 
 from paiexp.metrics import MetricPoint
 from paiexp.monitor import JobMonitor
@@ -50,7 +52,10 @@ log = logging.getLogger(__name__)
 
 PARENT_RUN_ATTR = "paiexp:parent_run_id"  # the study's user attribute naming its parent run
 WORKER_NICENESS = 10
-IDLE_SECONDS_BEFORE_WARM_UP = 0.5
+# The plots' imports (most of a CPU-second) wait for the tracking process to be idle this long
+# right after a trial's job started, once an earlier trial finished: the new job is still
+# starting up (one thread: Python and its imports) rather than training on every core.
+IDLE_SECONDS_BEFORE_WARM_UP = 0.1
 
 
 def serve(setup: TrackingSetup, calls: Any, replies: Any, launcher_pid: int) -> None:
@@ -61,9 +66,10 @@ def serve(setup: TrackingSetup, calls: Any, replies: Any, launcher_pid: int) -> 
         os.nice(WORKER_NICENESS)  # bookkeeping yields the CPU to starting jobs
     worker = TrackingWorker(setup)
     warmed = False
+    between_trials = False  # a trial's job just started, after an earlier one finished
     while True:
-        idle_wait = None if warmed or not worker.opened else IDLE_SECONDS_BEFORE_WARM_UP
-        try:  # when idle, import what the end-of-sweep plots need (never ahead of a call)
+        idle_wait = IDLE_SECONDS_BEFORE_WARM_UP if between_trials and not warmed else None
+        try:  # import what the end-of-sweep plots need in a gap (never ahead of a call)
             message: Call | Close = calls.get(timeout=idle_wait)
         except queue.Empty:
             warmed = True
@@ -72,9 +78,10 @@ def serve(setup: TrackingSetup, calls: Any, replies: Any, launcher_pid: int) -> 
             continue
         if isinstance(message, Close):
             replies.put(Closed(worker.tracker.uri if worker.opened else None))
-            return
+            _exit(replies)
         if worker.fatal:
             continue
+        between_trials = isinstance(message, StartChild) and worker.finished_children > 0
         try:
             created = worker.apply(message)
         except Exception as exc:  # tracking must never take the sweep down
@@ -88,6 +95,18 @@ def serve(setup: TrackingSetup, calls: Any, replies: Any, launcher_pid: int) -> 
             continue
         if created is not None:  # the launcher labels the trial's job with its run
             replies.put(created)
+
+
+def _exit(replies: Any) -> NoReturn:
+    """End the process once the replies are written, skipping the interpreter's teardown of
+    MLflow, SQLAlchemy, pandas... (most of a CPU-second, which the launcher would wait for).
+    Every MLflow write is committed when its call returns."""
+    replies.close()
+    replies.join_thread()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(0)
 
 
 def _die_with(launcher_pid: int) -> None:
@@ -109,6 +128,7 @@ class TrackingWorker:
         self.fatal: str | None = None
         self.parent_run_id = ""
         self.runs: dict[str, str] = {}  # job name -> run id
+        self.finished_children = 0
         self._best_run_id: str | None = None
         self._tracker: MlflowTracker | None = None
         self._study: Any = None
@@ -148,6 +168,7 @@ class TrackingWorker:
             case StartChild():
                 return RunCreated(call.job_name, self.start_child(call))
             case FinishChild():
+                self.finished_children += 1
                 self.tracker.finish(
                     self.runs[call.job_name],
                     call.result,
