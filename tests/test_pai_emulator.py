@@ -10,9 +10,15 @@ import signal
 import subprocess
 import sys
 import tarfile
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
+from email.utils import formatdate
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 from alibabacloud_aiworkspace20210204 import models as ws_models
@@ -260,10 +266,48 @@ def test_stop_terminates_the_job_and_kills_its_process(emu: Emulator, client: Pa
     client.stop_training_job(job_id)
     job = wait(client, job_id)
     assert job.status == "Terminated"
-    assert statuses(job)[-2:] == ["Running", "Terminated"]
+    assert statuses(job)[-3:] == ["Running", "Stopping", "Terminated"]
     assert not alive(pid)
     client.stop_training_job(job_id)  # stopping a finished job changes nothing
     assert wait(client, job_id).status == "Terminated"
+
+
+def test_a_stopped_job_is_stopping_while_its_process_is_being_killed(emu: Emulator) -> None:
+    client = PaiClient(config(emu, signature_algorithm="v2"))  # as the PAI SDK signs
+    # The job's process group is led by a shell ignoring TERM (exec: no wrapper shell in
+    # between to die of it), so only the KILL one grace period after the TERM ends it.
+    stubborn = "trap '' TERM; echo started; sleep 60"
+    job_id = create(client, emu, "stubborn", ["exec", "sh", "-c", stubborn])
+    assert wait(client, job_id, until={"Running"}).status == "Running"
+    wait_until(
+        lambda: client.list_training_job_logs(job_id, pai.ListTrainingJobLogsRequest()).body.logs,
+        10,
+        "the job's first log line",
+    )
+    client.stop_training_job(job_id)
+    stopping = client.get_training_job(job_id).body
+    assert stopping.status == "Stopping"
+    assert stopping.reason_code is None
+    listed = client.list_training_jobs(pai.ListTrainingJobsRequest(status="Stopping")).body
+    assert job_id in [j.training_job_id for j in listed.training_jobs]
+    client.stop_training_job(job_id)  # stopping a stopping job changes nothing
+    job = wait(client, job_id)
+    assert job.status == "Terminated" and job.reason_code == "JobStoppedByUser"
+    assert statuses(job)[-3:] == ["Running", "Stopping", "Terminated"]
+    stopped = job.status_transitions[-2]
+    assert stopped.end_time == job.status_transitions[-1].start_time
+    assert statuses(job).count("Stopping") == 1
+
+
+def test_a_job_stopped_before_it_runs_is_stopping_then_terminated(
+    emu: Emulator, client: PaiClient
+) -> None:
+    job_id = create(client, emu, "early-stop", ["sleep", "60"])
+    client.stop_training_job(job_id)
+    job = wait(client, job_id)
+    assert job.status == "Terminated"
+    assert statuses(job)[-2:] == ["Stopping", "Terminated"]
+    assert "Running" not in statuses(job)
 
 
 FAILURES: dict[str, tuple[list[str], dict[str, Any], str, str, str]] = {
@@ -344,6 +388,88 @@ def test_wrong_credentials_are_refused_without_leaking_the_secret(emu: Emulator)
     with pytest.raises(TeaException) as caught:
         PaiClient(unknown).list_training_jobs(pai.ListTrainingJobsRequest())
     assert caught.value.code == "InvalidAccessKeyId.NotFound"
+
+
+def test_the_pai_sdks_roa_signature_is_accepted_and_checked(
+    emu: Emulator, client: PaiClient
+) -> None:
+    roa = PaiClient(config(emu, signature_algorithm="v2"))
+    request = pai.ListTrainingJobsRequest(
+        workspace_id=emu.workspace_id, labels={"sweep": "a b+c"}, training_job_name=""
+    )
+    assert roa.list_training_jobs(request).body.total_count == 0
+    assert client.list_training_jobs(request).body.total_count == 0  # ACS3 still works
+
+    wrong = "not-the-secret-at-all"
+    for algorithm, signed in (
+        ("v2", "server string to sign is:GET\napplication/json\n"),
+        (None, "server string to sign is:ACS3-HMAC-SHA256\n"),
+    ):
+        refused = PaiClient(config(emu, secret=wrong, signature_algorithm=algorithm))
+        with pytest.raises(TeaException) as caught:
+            refused.list_training_jobs(pai.ListTrainingJobsRequest())
+        assert (caught.value.status_code, caught.value.code) == (403, "SignatureDoesNotMatch")
+        assert signed in caught.value.data["Message"]  # the signature this client sent
+        assert caught.value.data["RequestId"] and caught.value.data["HostId"]
+        assert wrong not in str(caught.value)
+        assert emu.credentials.access_key_secret not in str(caught.value)
+
+    unknown = config(emu, signature_algorithm="v2")
+    unknown.access_key_id = "LTAI-nobody"
+    with pytest.raises(TeaException) as caught:
+        PaiClient(unknown).list_training_jobs(pai.ListTrainingJobsRequest())
+    assert (caught.value.status_code, caught.value.code) == (400, "InvalidAccessKeyId.NotFound")
+
+
+def roa_request(
+    emu: Emulator, query: dict[str, str], date: str | None = None
+) -> urllib.request.Request:
+    """A ListTrainingJobs request signed by tea-openapi's own ROA helpers (the reference)."""
+    from alibabacloud_tea_openapi.utils import Utils
+
+    headers = {
+        "date": date or formatdate(usegmt=True),
+        "accept": "application/json",
+        "x-acs-signature-nonce": os.urandom(8).hex(),
+        "x-acs-signature-method": "HMAC-SHA1",
+        "x-acs-signature-version": "1.0",
+        "x-acs-version": "2022-01-12",
+        "x-acs-action": "ListTrainingJobs",
+    }
+    signed = SimpleNamespace(
+        method="GET", pathname="/api/v1/trainingjobs", headers=headers, query=query
+    )
+    creds = emu.credentials
+    signature = Utils.get_roasignature(Utils.get_string_to_sign(signed), creds.access_key_secret)
+    headers["authorization"] = f"acs {creds.access_key_id}:{signature}"
+    return urllib.request.Request(
+        f"http://{emu.pai_endpoint}/api/v1/trainingjobs?" + urlencode(query), headers=headers
+    )
+
+
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no proxy for 127.0.0.1
+
+
+def refusal(request: urllib.request.Request) -> tuple[int, str]:
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        DIRECT.open(request, timeout=10)
+    return caught.value.code, json.loads(caught.value.read())["Code"]
+
+
+def test_the_roa_signature_covers_the_query_date_and_nonce(emu: Emulator) -> None:
+    query = {"PageSize": "1", "TrainingJobName": "", "Labels": '{"k": "v w"}'}
+    request = roa_request(emu, query)
+    with DIRECT.open(request, timeout=10) as response:
+        assert json.loads(response.read())["TotalCount"] == 0
+    assert refusal(request) == (400, "SignatureNonceUsed")  # the same request again
+    tampered = roa_request(emu, query)
+    tampered.full_url = tampered.full_url.replace("PageSize=1", "PageSize=2")
+    assert refusal(tampered) == (403, "SignatureDoesNotMatch")
+    stale = roa_request(emu, query, date=formatdate(time.time() - 3600, usegmt=True))
+    assert refusal(stale) == (400, "InvalidTimeStamp.Expired")
+    unsigned = roa_request(emu, query)
+    unsigned.headers["Authorization"] = "acs no-colon-here"
+    assert refusal(unsigned) == (400, "IncompleteSignature")
 
 
 def test_security_token_is_checked(tmp_path: Path) -> None:

@@ -1,19 +1,26 @@
 """The emulated PAI control plane, spoken over real HTTP so the official generated clients run.
 
 Two APIs share one server: PaiStudio 2022-01-12 (TrainingJob: create, get, list, stop, logs,
-metrics) and AIWorkspace 2021-02-04 ``ListImages``.  Requests must carry the signature
-``alibabacloud-tea-openapi`` sends by default (``ACS3-HMAC-SHA256``), which is recomputed with
-the account's secret.  A training job is run for real: a background thread walks it through
-Creating -> Created -> Initializing -> Submitted -> Running -> Succeed/Failed/Terminated (the
-order of ``TrainingJobStatus`` in the PAI SDK), fetches its code and inputs from the object store
-into ``<root>/jobs/<id>/ml`` (the PAI ``/ml`` tree), runs the command with the host interpreter
-first on ``PATH``, extracts metrics from the log with ``MetricDefinitions`` and pushes
+metrics) and AIWorkspace 2021-02-04 ``ListImages``.  Requests must carry one of the two
+signatures PAI accepts, recomputed with the account's secret: ``ACS3-HMAC-SHA256`` (what
+``alibabacloud-tea-openapi`` sends by default) or the older ROA ``acs <AccessKeyId>:<signature>``
+(HMAC-SHA1, what the official PAI Python SDK sends: tea-openapi ``signature_algorithm="v2"``).
+
+A training job is run for real: a background thread walks it through Creating -> Created ->
+Initializing -> Submitted -> Running -> Succeed/Failed/Terminated (the order of
+``TrainingJobStatus`` in the PAI SDK), fetches its code and inputs from the object store into
+``<root>/jobs/<id>/ml`` (the PAI ``/ml`` tree), runs the command with the host interpreter first
+on ``PATH``, extracts metrics from the log with ``MetricDefinitions`` and pushes
 ``ml/output/<channel>/`` to each channel's ``OutputUri`` before the final status is set.
+StopTrainingJob moves a job to ``Stopping`` while its process is being stopped (at least one
+phase), then to ``Terminated``.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import email.utils
 import hashlib
 import hmac
 import importlib.metadata
@@ -79,6 +86,8 @@ OFFICIAL_IMAGES: tuple[tuple[str, str, str, str], ...] = (
 
 TERMINAL = frozenset({"Succeed", "Failed", "Terminated", "InitializeFailed", "CreateFailed"})
 ALGORITHM = "ACS3-HMAC-SHA256"
+ROA_SCHEME = "acs"  # Authorization: acs <AccessKeyId>:<base64 HMAC-SHA1>
+ROA_METHOD = "HMAC-SHA1"
 CLOCK_SKEW_SECONDS = 15 * 60
 KILL_GRACE_SECONDS = 1.0
 ACCOUNT_UID = "1605338126478013"
@@ -133,6 +142,7 @@ class _Job:
     metrics: list[tuple[str, float, float]] = field(default_factory=list)
     process: subprocess.Popen[bytes] | None = None
     stop_reason: str | None = None  # "user", "timeout" or "shutdown"
+    stopping_since: float | None = None  # when StopTrainingJob set Stopping
     stop_event: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
 
@@ -341,33 +351,53 @@ class PaiServer:
     def _authenticate(
         self, method: str, raw_path: str, raw_query: str, headers: Message, body: bytes
     ) -> None:
-        """Recompute the ACS3-HMAC-SHA256 signature tea-openapi sends; raise on mismatch."""
+        """Recompute the request's signature, ACS3-HMAC-SHA256 or ROA; raise on a mismatch."""
         scheme, _, rest = (headers.get("Authorization") or "").partition(" ")
+        if scheme == ALGORITHM:
+            self._check_acs3(rest, method, raw_path, raw_query, headers, body)
+        elif scheme == ROA_SCHEME:
+            self._check_roa(rest, method, raw_path, raw_query, headers)
+        else:
+            raise ApiError(
+                400,
+                "IncompleteSignature",
+                f"The request signature does not conform to Aliyun standards: expected "
+                f"'{ALGORITHM} Credential=...,SignedHeaders=...,Signature=...' or "
+                f"'{ROA_SCHEME} <AccessKeyId>:<Signature>'.",
+            )
+        nonce = headers.get("x-acs-signature-nonce")
+        if nonce:
+            with self._lock:
+                self._nonces[nonce] = time.time()
+
+    def _check_acs3(
+        self,
+        rest: str,
+        method: str,
+        raw_path: str,
+        raw_query: str,
+        headers: Message,
+        body: bytes,
+    ) -> None:
+        """``ACS3-HMAC-SHA256 Credential=...,SignedHeaders=...,Signature=<hex>``."""
         fields = dict(p.strip().split("=", 1) for p in rest.split(",") if "=" in p)
-        if scheme != ALGORITHM or not {"Credential", "SignedHeaders", "Signature"} <= set(fields):
+        if not {"Credential", "SignedHeaders", "Signature"} <= set(fields):
             raise ApiError(
                 400,
                 "IncompleteSignature",
                 f"The request signature does not conform to Aliyun standards: expected "
                 f"'{ALGORITHM} Credential=...,SignedHeaders=...,Signature=...'.",
             )
-        creds = self.credentials
-        if fields["Credential"] != creds.access_key_id:
-            raise ApiError(400, "InvalidAccessKeyId.NotFound", "Specified access key is not found.")
-        token = headers.get("x-acs-security-token")
-        if token != creds.security_token or (
-            token and headers.get("x-acs-accesskey-id") != creds.access_key_id
-        ):
-            raise ApiError(
-                400,
-                "InvalidSecurityToken.MismatchWithAccessKey",
-                "Specified SecurityToken mismatch with the AccessKey.",
-            )
+        self._check_access_key(fields["Credential"], headers)
         signed = fields["SignedHeaders"].split(";")
         for required in ("host", "x-acs-date", "x-acs-signature-nonce", "x-acs-content-sha256"):
             if required not in signed:
                 raise ApiError(400, "IncompleteSignature", f"Header {required} must be signed.")
-        self._check_date_and_nonce(headers)
+        try:
+            sent = datetime.strptime(headers.get("x-acs-date") or "", "%Y-%m-%dT%H:%M:%SZ")
+        except ValueError:
+            raise _bad_time() from None
+        self._check_fresh(sent.replace(tzinfo=UTC).timestamp(), headers)
         canonical_headers = "".join(
             f"{name}:{','.join(sorted(v.strip() for v in headers.get_all(name) or []))}\n"
             for name in signed
@@ -388,29 +418,95 @@ class PaiServer:
         )
         string_to_sign = f"{ALGORITHM}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
         expected = hmac.new(
-            creds.access_key_secret.encode(), string_to_sign.encode(), hashlib.sha256
+            self.credentials.access_key_secret.encode(), string_to_sign.encode(), hashlib.sha256
         ).hexdigest()
-        if not hmac.compare_digest(expected, fields["Signature"]):
-            raise ApiError(
-                403,
-                "SignatureDoesNotMatch",
-                "Specified signature does not match our calculation. "
-                f"server string to sign is:{string_to_sign}",
-            )
-        with self._lock:
-            self._nonces[headers["x-acs-signature-nonce"]] = time.time()
+        _compare(expected, fields["Signature"], string_to_sign)
 
-    def _check_date_and_nonce(self, headers: Message) -> None:
-        try:
-            sent = datetime.strptime(headers.get("x-acs-date") or "", "%Y-%m-%dT%H:%M:%SZ")
-        except ValueError:
+    def _check_roa(
+        self, rest: str, method: str, raw_path: str, raw_query: str, headers: Message
+    ) -> None:
+        """``acs <AccessKeyId>:<base64 HMAC-SHA1>``, the older ROA signature.
+
+        StringToSign: method, accept, content-md5, content-type and date (each followed by a
+        newline), every ``x-acs-*`` header sorted as ``name:value\\n``, then the path and, when
+        there is a query, ``?`` and its decoded parameters sorted as ``k=v`` (a blank value as
+        ``k``) joined by ``&``.  The body is not signed.
+        """
+        key_id, colon, signature = rest.strip().rpartition(":")
+        if not colon or not key_id or not signature:
             raise ApiError(
                 400,
-                "InvalidTimeStamp.Format",
-                "Specified time stamp or date is not well formatted.",
-            ) from None
+                "IncompleteSignature",
+                f"The request signature does not conform to Aliyun standards: expected "
+                f"'{ROA_SCHEME} <AccessKeyId>:<Signature>'.",
+            )
+        self._check_access_key(key_id, headers)
+        signature_method = headers.get("x-acs-signature-method")
+        if signature_method not in (None, ROA_METHOD):
+            raise ApiError(
+                400,
+                "IncompleteSignature",
+                f"Specified signature method {signature_method} is not supported "
+                f"(expected {ROA_METHOD}).",
+            )
+        date = headers.get("date")
+        if not date:
+            raise ApiError(400, "MissingDate", "Date is mandatory for this action.")
+        try:
+            sent = email.utils.parsedate_to_datetime(date)
+        except (TypeError, ValueError):
+            raise _bad_time() from None
+        if sent.tzinfo is None:  # "-0000": UTC by RFC 2822
+            sent = sent.replace(tzinfo=UTC)
+        self._check_fresh(sent.timestamp(), headers)
+        acs_headers = sorted(
+            (name.lower(), value)
+            for name, value in headers.items()
+            if name.lower().startswith("x-acs-")
+        )
+        query = sorted(parse_qsl(raw_query, keep_blank_values=True))
+        resource = raw_path or "/"
+        if query:
+            resource += "?" + "&".join(f"{k}={v}" if v else k for k, v in query)
+        string_to_sign = "".join(
+            [
+                *(
+                    f"{value}\n"
+                    for value in (
+                        method,
+                        headers.get("accept") or "",
+                        headers.get("content-md5") or "",
+                        headers.get("content-type") or "",
+                        date,
+                    )
+                ),
+                *(f"{name}:{value}\n" for name, value in acs_headers),
+                resource,
+            ]
+        )
+        digest = hmac.new(
+            self.credentials.access_key_secret.encode(), string_to_sign.encode(), hashlib.sha1
+        ).digest()
+        _compare(base64.b64encode(digest).decode(), signature, string_to_sign)
+
+    def _check_access_key(self, key_id: str, headers: Message) -> None:
+        creds = self.credentials
+        if key_id != creds.access_key_id:
+            raise ApiError(400, "InvalidAccessKeyId.NotFound", "Specified access key is not found.")
+        token = headers.get("x-acs-security-token")
+        if token != creds.security_token or (
+            token and headers.get("x-acs-accesskey-id") != creds.access_key_id
+        ):
+            raise ApiError(
+                400,
+                "InvalidSecurityToken.MismatchWithAccessKey",
+                "Specified SecurityToken mismatch with the AccessKey.",
+            )
+
+    def _check_fresh(self, sent: float, headers: Message) -> None:
+        """The request time is within the allowed clock skew; its nonce was not used before."""
         current = time.time()
-        if abs(sent.replace(tzinfo=UTC).timestamp() - current) > CLOCK_SKEW_SECONDS:
+        if abs(sent - current) > CLOCK_SKEW_SECONDS:
             raise ApiError(
                 400, "InvalidTimeStamp.Expired", "Specified time stamp or date value is expired."
             )
@@ -881,11 +977,17 @@ class PaiServer:
         return "Terminated", "JobStoppedByUser", "The training job was stopped."
 
     def _interrupt(self, job: _Job, reason: str) -> None:
-        """Stop a job: mark why, wake its thread, kill its process group (TERM, then KILL)."""
+        """Stop a job: mark why, wake its thread, kill its process group (TERM, then KILL).
+
+        A user's stop shows as ``Stopping`` until the job thread sets the final status.
+        """
         with self._lock:
             if job.status in TERMINAL or job.stop_reason:
                 return
             job.stop_reason = reason
+            if reason == "user":
+                job.stopping_since = time.time()
+                self._transition(job, "Stopping")
             job.stop_event.set()
             process = job.process
         if process is not None:
@@ -926,9 +1028,14 @@ class PaiServer:
             (job.dir / "job.json").write_text(json.dumps(self._view(job), indent=2))
 
     def _finish(self, job: _Job, status: str, code: str | None, message: str | None) -> None:
-        """Push the outputs of a job that ran, then set its final status (once)."""
+        """Push the outputs of a job that ran, then set its final status (once).
+
+        A job a user stopped stays ``Stopping`` for at least one phase, as on PAI.
+        """
         if job.status in TERMINAL:
             return
+        if job.stopping_since is not None:
+            time.sleep(max(0.0, job.stopping_since + self.phase_seconds - time.time()))
         if job.run_start is not None:
             for channel in job.request.get("OutputChannels") or []:
                 source = job.ml / "output" / channel["Name"]
@@ -979,6 +1086,22 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 # helpers ---------------------------------------------------------------------------------
+def _compare(expected: str, sent: str, string_to_sign: str) -> None:
+    if not hmac.compare_digest(expected.encode(), sent.encode()):
+        raise ApiError(
+            403,
+            "SignatureDoesNotMatch",
+            "Specified signature does not match our calculation. "
+            f"server string to sign is:{string_to_sign}",
+        )
+
+
+def _bad_time() -> ApiError:
+    return ApiError(
+        400, "InvalidTimeStamp.Format", "Specified time stamp or date is not well formatted."
+    )
+
+
 def _send_json(h: BaseHTTPRequestHandler, status: int, payload: dict[str, Any], rid: str) -> int:
     data = json.dumps(payload, ensure_ascii=False).encode()
     h.send_response(status)
