@@ -58,12 +58,22 @@ WORKER_NICENESS = 10
 IDLE_SECONDS_BEFORE_WARM_UP = 0.1
 
 
+def _yield_cpu() -> None:
+    """Run only on a CPU that nothing else wants (SCHED_IDLE), else niced: a job training
+    on every core loses each CPU-second taken from it, and more through OpenMP's barriers,
+    while the bookkeeping can wait for a gap (a job starting up, the end of the sweep)."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        with contextlib.suppress(OSError):
+            os.nice(WORKER_NICENESS)
+
+
 def serve(setup: TrackingSetup, calls: Any, replies: Any, launcher_pid: int) -> None:
     """The tracking process: applies the launcher's calls in order until :class:`Close`."""
     _die_with(launcher_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
-    with contextlib.suppress(OSError):
-        os.nice(WORKER_NICENESS)  # bookkeeping yields the CPU to starting jobs
+    _yield_cpu()
     worker = TrackingWorker(setup)
     warmed = False
     between_trials = False  # a trial's job just started, after an earlier one finished
