@@ -17,6 +17,7 @@ from typing import Any
 ML_ROOT = PurePosixPath("/ml")
 OUTPUT_CHANNELS = ("model", "checkpoints", "tensorboard")
 OUTPUT_PARAMETERS_CHANNEL = "output_parameters"
+CODE_ALIAS = "code"
 CHANNEL_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 HYPERPARAMETER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 
@@ -66,6 +67,12 @@ class JobLayout:
     @property
     def working_dir(self) -> PurePath:
         return self.root / "usercode"
+
+    @property
+    def code_alias(self) -> PurePath:
+        """``/ml/code``: the older name of the working directory (PAI's CustomJob example
+        uses it), the same directory on every backend."""
+        return self.root / CODE_ALIAS
 
     @property
     def config_dir(self) -> PurePath:

@@ -25,6 +25,8 @@ AS_STRINGS = {
     "flag": "true",
 }
 ML_TREE = [
+    "code/",
+    "code/probe.py",
     "input/",
     "input/config/",
     "input/config/hyperparameters.json",
@@ -108,4 +110,5 @@ def assert_contract_seen(seen: dict[str, Any], ml: PurePath) -> None:
     assert seen["cwd"] == seen["working_dir"] == str(ml / "usercode")
     assert seen["config_dir"] == str(ml / "input" / "config")
     assert seen["usercode"] == ["probe.py"]
+    assert seen["code_is_usercode"]
     assert seen["custom_env"] == "custom value"

@@ -1,7 +1,7 @@
 """Docker backend: each job in a local container laid out exactly like a PAI training job.
 
 The container sees the real ``/ml`` paths of the PAI contract, bind-mounted from the job's
-directory: ``/ml/usercode`` (a copy of the source dir, the working directory),
+directory: ``/ml/usercode`` (a copy of the source dir, the working directory; ``/ml/code`` too),
 ``/ml/input/config``, ``/ml/input/data/<channel>`` (local inputs, read-only) and
 ``/ml/output/<channel>``. Its CPU and memory limits (and GPU request) come from
 ``job.instance_type``. The container runs detached, so it survives the launcher; its entry
@@ -310,6 +310,7 @@ class DockerBackend(LocalResults):
         host = contract.JobLayout(job_dir / "ml")
         mounts = [
             Mount(str(layout.working_dir), str(host.working_dir), type="bind"),
+            Mount(str(layout.code_alias), str(host.working_dir), type="bind"),
             Mount(str(layout.config_dir), str(host.config_dir), type="bind"),
             Mount("/paiexp", str(job_dir / "paiexp"), type="bind"),
         ]

@@ -4,7 +4,7 @@ Each holds the job's ``spec.json`` (secrets redacted) and its ``/ml`` tree of th
 (:mod:`paiexp.contract`), which a local process uses in place and a container mounts::
 
     <root>/<job name>/spec.json
-                      ml/usercode, ml/input/config/hyperparameters.json,
+                      ml/usercode (and ml/code, a link to it), ml/input/config/hyperparameters.json,
                       ml/output/<channel>, ml/output/output_parameters
 
 Backends add their own files beside these (state, logs, entry scripts).
@@ -120,6 +120,8 @@ def lay_out(spec: JobSpec, layout: contract.JobLayout) -> None:
         copy_source(Path(spec.source_dir), working_dir)
     else:
         working_dir.mkdir(parents=True)
+    # relative, so that it holds wherever the tree is mounted
+    Path(layout.code_alias).symlink_to(working_dir.name, target_is_directory=True)
     Path(layout.config_dir).mkdir(parents=True)
     Path(layout.hyperparameters_file).write_text(
         contract.hyperparameters_json(spec.hyperparameters)

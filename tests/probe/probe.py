@@ -49,6 +49,9 @@ seen = {
     "inputs": inputs,
     "outputs": {k: v for k, v in os.environ.items() if k.startswith("PAI_OUTPUT_")},
     "cwd": os.getcwd(),
+    "code_is_usercode": os.path.samefile(
+        os.path.join(ml_root, "code"), os.environ["PAI_WORKING_DIR"]
+    ),
     "working_dir": os.environ["PAI_WORKING_DIR"],
     "config_dir": config_dir,
     "usercode": sorted(os.listdir(os.environ["PAI_WORKING_DIR"])),
