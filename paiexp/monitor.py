@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from paiexp.backends.base import Backend, JobHandle, JobStatus
+from paiexp.backends.base import Backend, JobHandle, JobState, JobStatus
 from paiexp.metrics import MetricExtractor, MetricPoint
 from paiexp.spec import JobSpec
 
@@ -32,6 +32,8 @@ class JobResult:
     log_tail: list[str] = field(default_factory=list)
     # metric -> (from the log, from the platform) where the two disagree
     mismatches: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # what a person should know although the job succeeded (one line each)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def model_uri(self) -> str | None:
@@ -95,6 +97,7 @@ class JobMonitor:
             for name, value in reported.items()
             if name in extracted and not math.isclose(extracted[name], value, rel_tol=1e-6)
         }
+        outputs = self.backend.outputs(self.handle)
         return JobResult(
             handle=self.handle,
             status=status,
@@ -103,8 +106,22 @@ class JobMonitor:
             mismatches=mismatches,
             series=self.extractor.series,
             output_parameters=output_parameters,
-            outputs=self.backend.outputs(self.handle),
+            outputs=outputs,
             console_url=self.backend.console_url(self.handle),
             log_path=self.log_path,
             log_tail=list(self.tail),
+            warnings=self.warnings(status, outputs),
         )
+
+    def warnings(self, status: JobStatus, outputs: Mapping[str, str]) -> list[str]:
+        """An empty model channel of a job that succeeded: its model URI would point at
+        nothing (a script that wrote its model somewhere else than ``/ml/output/model``)."""
+        model = outputs.get("model")
+        if status.state is not JobState.SUCCEEDED or model is None:
+            return []
+        if not self.backend.output_is_empty(self.handle, "model"):
+            return []
+        return [
+            f"job {self.handle.name} succeeded but left its model channel empty ({model}):"
+            " write the model under $PAI_OUTPUT_MODEL (/ml/output/model)"
+        ]

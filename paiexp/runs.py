@@ -186,6 +186,8 @@ def summarize(run_id: str, result: JobResult, tracker_uri: str) -> None:
         _say(f"  {name} = {value:g}")
     if result.model_uri:
         _say(f"  model: {result.model_uri}")
+    for warning in result.warnings:
+        _say(f"warning: {warning}")
     _say(f"  MLflow run {run_id}; browse with: mlflow ui --backend-store-uri {tracker_uri}")
 
 

@@ -222,6 +222,7 @@ class MlflowTracker:
             "paiexp.console_url": result.console_url,
             "paiexp.failure_reason": reason,
             "paiexp.log_tail": "\n".join(result.log_tail) if status == "FAILED" else None,
+            "paiexp.warning": "\n".join(result.warnings) or None,
             **(extra_tags or {}),
         }
         for channel, uri in result.outputs.items():

@@ -131,6 +131,9 @@ class FakeBackend:
     def output_parameters(self, handle: JobHandle) -> dict[str, float]:
         return {}
 
+    def output_is_empty(self, handle: JobHandle, channel: str) -> bool:
+        return True  # a fake job writes no files
+
     def service_metrics(self, handle: JobHandle) -> dict[str, float]:
         return {}
 

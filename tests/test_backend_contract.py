@@ -394,7 +394,10 @@ def test_max_run_time_fails_the_job_with_its_reason(platform: Platform) -> None:
 
 def test_outputs_point_where_the_files_are(platform: Platform) -> None:
     destination = platform.destination("model")
-    command = 'echo weights > "$PAI_OUTPUT_MODEL/model.txt"; echo hello > "$PAI_OUTPUT_EXTRA/x.txt"'
+    command = (
+        'echo weights > "$PAI_OUTPUT_MODEL/model.txt"; echo hello > "$PAI_OUTPUT_EXTRA/x.txt";'
+        ' mkdir "$PAI_OUTPUT_CHECKPOINTS/no-files-in-here"'
+    )
     spec = platform.spec("outs", command, outputs={"model": destination, "extra": None})
     handle = platform.submit(spec)
     assert platform.finish(handle).state is JobState.SUCCEEDED
@@ -403,6 +406,11 @@ def test_outputs_point_where_the_files_are(platform: Platform) -> None:
     assert outputs["model"].startswith(as_uri(destination).rstrip("/"))
     assert platform.read(child(outputs["model"], "model.txt")) == b"weights\n"
     assert platform.read(child(outputs["extra"], "x.txt")) == b"hello\n"
+    assert not platform.backend.output_is_empty(handle, "model")
+    assert not platform.backend.output_is_empty(handle, "extra")
+    assert platform.backend.output_is_empty(handle, "checkpoints")  # a directory, no file
+    assert platform.backend.output_is_empty(handle, "tensorboard")
+    assert platform.backend.output_is_empty(handle, "no-such-channel")
 
 
 def test_output_parameters_are_read_back(

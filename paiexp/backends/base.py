@@ -98,6 +98,9 @@ class Backend(Protocol):
     def output_parameters(self, handle: JobHandle) -> dict[str, float]:
         """Numbers the job wrote under ``output_parameters/``."""
 
+    def output_is_empty(self, handle: JobHandle, channel: str) -> bool:
+        """Whether the job left no file in this output channel (or has no such channel)."""
+
     def service_metrics(self, handle: JobHandle) -> dict[str, float]:
         """Final metric values as the platform itself extracted them ({} if it does not)."""
 

@@ -84,11 +84,19 @@ class JobDirectories:
     def outputs(self, name: str) -> dict[str, str]:
         """Output channel -> ``file://`` URI: the channel's destination, else its directory."""
         spec = self.load_spec(name)
-        layout = self.layout(name)
         return {
-            channel: Path(spec.outputs.get(channel) or layout.output_dir(channel)).as_uri()
-            for channel in spec.output_channels
+            channel: self._output_path(spec, channel).as_uri() for channel in spec.output_channels
         }
+
+    def output_is_empty(self, name: str, channel: str) -> bool:
+        spec = self.load_spec(name)
+        if channel not in spec.output_channels:
+            return True
+        return not any(path.is_file() for path in self._output_path(spec, channel).rglob("*"))
+
+    def _output_path(self, spec: JobSpec, channel: str) -> Path:
+        """Where the channel's files end up: its destination, else its directory here."""
+        return Path(spec.outputs.get(channel) or self.layout(spec.name).output_dir(channel))
 
     def output_parameters(self, name: str) -> dict[str, float]:
         return read_output_parameters(Path(self.layout(name).output_parameters_dir))
@@ -105,6 +113,9 @@ class LocalResults:
 
     def output_parameters(self, handle: JobHandle) -> dict[str, float]:
         return self.jobs.output_parameters(handle.name)
+
+    def output_is_empty(self, handle: JobHandle, channel: str) -> bool:
+        return self.jobs.output_is_empty(handle.name, channel)
 
     def service_metrics(self, handle: JobHandle) -> dict[str, float]:
         return {}

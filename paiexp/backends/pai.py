@@ -342,6 +342,10 @@ class PaiBackend:
             if c.get("OutputUri") and c.get("Name") != OUTPUT_PARAMETERS
         }
 
+    def output_is_empty(self, handle: JobHandle, channel: str) -> bool:
+        uri = self.outputs(handle).get(channel)
+        return uri is None or not self.oss.exists_any(OssUri.parse(uri).as_dir())
+
     def output_parameters(self, handle: JobHandle) -> dict[str, float]:
         job = self._seen.get(handle.id) or self.detail(handle)
         channel = next(

@@ -8,6 +8,7 @@ one to find the job again, or to submit it under the same name.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
     from paiexp.sweep.launcher import PreparedSweep
     from paiexp.sweep.progress import Progress
     from paiexp.sweep.tracker_protocol import Tracker
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -164,6 +167,8 @@ class TrialJobs:
             {"paiexp.trial_state": state.name},
         )
         self.progress.finished(trial.number, state.name, values, reason)
+        for warning in result.warnings:
+            log.warning("trial %d: %s", trial.number, warning)
         self.publish_best()
 
     def fail(
