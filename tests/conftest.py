@@ -12,6 +12,8 @@ from typing import Any, TypeVar
 
 import pytest
 
+pytest_plugins = ["cli_backends"]  # the cli_backend fixture: one scenario on every backend
+
 REPO = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
 
