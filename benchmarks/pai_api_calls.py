@@ -6,7 +6,7 @@ lasting a random 20-60 s (seeded), with the XGBoost example's data as local inpu
 every request the emulator received, retries included, and the bytes uploaded to OSS.
 
 The PAI SDK's pattern, one ``Estimator.fit()`` per trial, is computed for the same jobs from
-their recorded timelines: the code archive uploaded for every job, CreateTrainingJob, one
+their recorded timelines: the code's files uploaded for every job, CreateTrainingJob, one
 GetTrainingJob after creating, GetTrainingJob every 5 s until the job ends, and
 ListTrainingJobLogs every 1 s while it runs (the SDK's log printer).
 
@@ -145,8 +145,9 @@ def main() -> None:
         pai_requests = len(cloud.log.records("pai"))
         uploads = [r for r in cloud.log.records("oss") if r.method in ("PUT", "POST")]
         code = [r for r in uploads if "training_src" in r.path]
-        archive = sum(r.bytes_in for r in code)
-        inputs = sum(r.bytes_in for r in uploads) - archive
+        code_bytes = sum(r.bytes_in for r in code)
+        code_sent = sum(r.path.endswith(".paiexp-complete") for r in code)  # whole trees
+        inputs = sum(r.bytes_in for r in uploads) - code_bytes
         by_action = {
             a: len(cloud.log.records("pai", a))
             for a in sorted({r.action for r in cloud.log.records("pai")})
@@ -160,13 +161,16 @@ def main() -> None:
         f"{min(durations):.1f}-{max(durations):.1f} s (scale {args.scale}); sweep {wall:.1f} s"
     )
     print(f"paiexp's PAI requests by action: {by_action}")
-    print(f"code archive {archive // len(code)} bytes, uploaded {len(code)} time(s) by paiexp")
+    print(
+        f"code: {len(code) - code_sent} file(s), {code_bytes} bytes, "
+        f"uploaded {code_sent} time(s) by paiexp"
+    )
     print(f"{'per trial':30} {'paiexp':>10} {'PAI SDK':>10} {'SDK/paiexp':>11}")
     rows = (
         ("PAI API requests", pai_requests / n, sdk_pai),
         # inputs: paiexp uploads local files once; the SDK wants them on OSS beforehand (once)
-        ("OSS bytes uploaded", (archive + inputs) / n, archive // len(code) + inputs / n),
-        ("code uploads", len(code) / n, 1.0),
+        ("OSS bytes uploaded", (code_bytes + inputs) / n, code_bytes / code_sent + inputs / n),
+        ("code uploads", code_sent / n, 1.0),
     )
     for label, mine, theirs in rows:
         print(f"{label:30} {mine:10.2f} {theirs:10.2f} {theirs / mine:10.2f}x")

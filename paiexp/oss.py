@@ -1,17 +1,15 @@
 """OSS transfer with oss2: content-addressed uploads of code and data, downloads of outputs.
 
-Code is packed deterministically (sorted entries, zero mtimes and owners), so the same tree
-gives the same archive and the same key: a sweep uploads its code once, however many trials
+Code goes up as the official PAI Python SDK (0.4.13) sends it: the files of the source dir,
+uncompressed, under a prefix that is the job's ``CodeDir`` (its key ends in ``/``). The prefix
+is named by the tree's content digest, so a sweep uploads its code once, however many trials
 it runs, and a later sweep with unchanged code uploads nothing. Big files go up with oss2's
 resumable (multipart) upload, whose checkpoints live in the local cache.
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import io
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,20 +55,6 @@ def endpoint_url(endpoint: str | None, region: str) -> str:
     if not endpoint:
         return f"https://oss-{region}.aliyuncs.com"
     return endpoint if "://" in endpoint else f"https://{endpoint}"
-
-
-def pack_source(root: Path) -> bytes:
-    """A gzipped tar of the job's code, byte-identical for identical trees."""
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as archive:
-        for path in iter_source_files(root):
-            info = tarfile.TarInfo(path.relative_to(root).as_posix())
-            info.size = path.stat().st_size
-            info.mode = 0o755 if path.stat().st_mode & 0o111 else 0o644
-            info.mtime = 0
-            with path.open("rb") as stream:
-                archive.addfile(info, stream)
-    return gzip.compress(raw.getvalue(), mtime=0)
 
 
 class OssTransfer:
@@ -156,18 +140,22 @@ class OssTransfer:
         self._retry(f"upload {uri}", upload)  # a retry uploads only the missing parts
 
     def upload_code(self, source_dir: Path, base: OssUri) -> OssUri:
-        """The code archive under ``base/training_src/<digest>/``; uploaded only if absent."""
-        uri = base.join("training_src", source_digest(source_dir)[:DIGEST_LENGTH], "source.tar.gz")
-        if not self.exists(uri):
-            archive = pack_source(source_dir)
-            if len(archive) < self.multipart_threshold:
-                self.put_bytes(uri, archive)
-            else:
-                local = self.cache_dir / f"source-{uri.key.replace('/', '_')}"
-                local.parent.mkdir(parents=True, exist_ok=True)
-                local.write_bytes(archive)
-                self.put_file(uri, local)
-                local.unlink()
+        """The files of ``source_dir`` under ``base/training_src/<digest>/``: that prefix.
+
+        A prefix is complete once its marker object exists, ``<digest>.paiexp-complete`` beside
+        it (inside, the job would find it in ``/ml/usercode``), put after every file; an upload
+        cut short is finished by the next call, files already there skipped.
+        """
+        folder = base.join("training_src", source_digest(source_dir)[:DIGEST_LENGTH])
+        uri = folder.as_dir()
+        marker = OssUri(folder.bucket, folder.key + COMPLETE_MARKER)
+        if not self.exists(marker):
+            present = self.sizes(uri)
+            for file in iter_source_files(source_dir):
+                target = uri.join(file.relative_to(source_dir).as_posix())
+                if present.get(target.key) != file.stat().st_size:
+                    self.put_file(target, file)
+            self.put_bytes(marker, b"")
         return uri
 
     def upload_input(self, path: Path, base: OssUri) -> OssUri:
@@ -193,11 +181,7 @@ class OssTransfer:
     # -- downloads -------------------------------------------------------------------------
 
     def list_keys(self, prefix: OssUri) -> list[str]:
-        bucket = self.bucket(prefix.bucket)
-        return self._retry(
-            f"list {prefix}",
-            lambda: [o.key for o in self._oss2.ObjectIteratorV2(bucket, prefix=prefix.key)],
-        )
+        return [o.key for o in self._listing(prefix)]
 
     def sync_down(self, uri: OssUri, cache: Path) -> Path:
         """A local copy of an object or a prefix, at ``cache/<bucket>/<key>``.
@@ -224,14 +208,20 @@ class OssTransfer:
                 seen.write_text(etag)
         return local
 
+    def sizes(self, prefix: OssUri) -> dict[str, int]:
+        """Object key -> size under a prefix."""
+        return {o.key: int(o.size) for o in self._listing(prefix)}
+
     def etags(self, prefix: OssUri) -> dict[str, str]:
         """Object key -> ETag under a prefix (directory markers left out)."""
+        return {o.key: str(o.etag) for o in self._listing(prefix) if not o.key.endswith("/")}
+
+    def _listing(self, prefix: OssUri) -> list[Any]:
         bucket = self.bucket(prefix.bucket)
-        listing = self._retry(
+        return self._retry(
             f"list {prefix}",
             lambda: list(self._oss2.ObjectIteratorV2(bucket, prefix=prefix.key)),
         )
-        return {o.key: str(o.etag) for o in listing if not o.key.endswith("/")}
 
     def get_bytes(self, uri: OssUri) -> bytes:
         return self._retry(

@@ -12,7 +12,7 @@ from emulator import Emulator
 from emulator.common import FaultPlan
 
 from paiexp.credentials import credential_client
-from paiexp.oss import OssTransfer, OssUri, pack_source
+from paiexp.oss import OssTransfer, OssUri
 from paiexp.retry import RetryPolicy
 
 
@@ -45,14 +45,45 @@ def code_tree(root: Path) -> Path:
     return root
 
 
-def test_code_archives_are_byte_identical_for_identical_trees(tmp_path: Path) -> None:
-    first = pack_source(code_tree(tmp_path / "a"))
-    second_tree = code_tree(tmp_path / "b")
-    os.utime(second_tree / "train.py", (1, 1))  # another mtime changes nothing
+def puts(cloud: Emulator) -> list[str]:
+    """The keys of every PutObject so far (paths without the bucket)."""
+    return [r.path.split("/", 2)[-1] for r in cloud.log.records("oss") if r.method == "PUT"]
+
+
+def test_code_goes_up_as_files_under_a_content_addressed_prefix(
+    cloud: Emulator, transfer: OssTransfer, tmp_path: Path
+) -> None:
+    base = OssUri(cloud.bucket, "paiexp")
+    uri = transfer.upload_code(code_tree(tmp_path / "a"), base)
+    assert uri.key.startswith("paiexp/training_src/") and uri.key.endswith("/")  # the SDK's form
+    assert list(cloud.store.keys(cloud.bucket, uri.key)) == [
+        f"{uri.key}pkg/util.py",
+        f"{uri.key}train.py",
+    ]  # uncompressed, caches left out, the completion marker outside the prefix
+    assert cloud.store.get(cloud.bucket, f"{uri.key}train.py") == b"print('hi')\n"
+    same = code_tree(tmp_path / "b")
+    os.utime(same / "train.py", (1, 1))  # another mtime changes nothing
     time.sleep(0.01)
-    assert pack_source(second_tree) == first
-    (second_tree / "train.py").write_text("print('changed')\n")
-    assert pack_source(second_tree) != first
+    assert transfer.upload_code(same, base) == uri
+    (same / "train.py").write_text("print('changed')\n")
+    assert transfer.upload_code(same, base) != uri
+
+
+def test_an_upload_cut_short_is_finished_not_taken_for_complete(
+    cloud: Emulator, transfer: OssTransfer, tmp_path: Path
+) -> None:
+    base = OssUri(cloud.bucket, "paiexp")
+    tree = code_tree(tmp_path / "code")
+    uri = transfer.upload_code(tree, base)
+    marker = uri.key.rstrip("/") + ".paiexp-complete"
+    assert puts(cloud)[-1] == marker  # the marker goes up last
+    # as if the upload had died after its first file: no marker, one file missing
+    cloud.store.delete(cloud.bucket, marker)
+    cloud.store.delete(cloud.bucket, f"{uri.key}train.py")
+    cloud.log.clear()
+    assert transfer.upload_code(tree, base) == uri
+    assert puts(cloud) == [f"{uri.key}train.py", marker]  # the file already there skipped
+    assert cloud.store.get(cloud.bucket, f"{uri.key}train.py") == b"print('hi')\n"
 
 
 def test_code_and_inputs_are_uploaded_once(
@@ -64,10 +95,10 @@ def test_code_and_inputs_are_uploaded_once(
     data.mkdir()
     (data / "part-0.csv").write_text("a,b\n1,2\n")
     uris = [transfer.upload_code(tree, base), transfer.upload_input(data, base)]
-    puts = len([r for r in cloud.log.records("oss") if r.method == "PUT"])
-    assert puts == 3  # the archive, the one data file, the directory's completion marker
+    # the two code files, their marker, the one data file, the directory's marker
+    assert len(puts(cloud)) == 5
     assert uris == [transfer.upload_code(tree, base), transfer.upload_input(data, base)]
-    assert len([r for r in cloud.log.records("oss") if r.method == "PUT"]) == puts
+    assert len(puts(cloud)) == 5
     assert str(uris[1]).endswith("/data/")
     fetched = transfer.download(uris[1], tmp_path / "back")
     assert [p.read_text() for p in fetched] == ["a,b\n1,2\n"]

@@ -115,10 +115,15 @@ def test_xgb_sweep_on_pai(cloud: Emulator, tmp_path: Path) -> None:
     )
 
     log = cloud.log
-    code_uploads = [
-        r for r in log.records("oss") if r.method in ("PUT", "POST") and "training_src" in r.path
-    ]
-    assert len(code_uploads) == 1, code_uploads  # one archive for all six trials
+    uploads = [r.path for r in log.records("oss") if r.method in ("PUT", "POST")]
+    code_uploads = Counter(path for path in uploads if "training_src" in path)
+    # the code's files and their marker, each once for all six trials
+    assert set(code_uploads.values()) == {1}, code_uploads
+    assert sum(path.endswith(".paiexp-complete") for path in code_uploads) == 1
+    code_dirs = {json.dumps(job["AlgorithmSpec"]["CodeDir"]) for job in cloud.jobs()}
+    (code_dir,) = [json.loads(text)["LocationValue"] for text in code_dirs]
+    assert code_dir["Key"].endswith("/")  # a prefix of files, as the PAI SDK sends it
+    assert f"/{cloud.bucket}/{code_dir['Key']}train.py" in code_uploads
     statuses = [r for r in log.records("pai", "ListTrainingJobs") if "Labels" in r.query]
     gets = log.records("pai", "GetTrainingJob")
     # status: one labelled listing per tick for all jobs, never one call per job

@@ -2,7 +2,7 @@
 
 Built for sweeps, unlike one ``Estimator.fit`` per trial:
 
-- the code is packed and uploaded once per content digest, local inputs likewise;
+- the code is uploaded once per content digest, local inputs likewise;
 - one ``ListTrainingJobs`` call per polling tick (by the jobs' common labels) serves every job
   in flight; logs are fetched only every ``log_interval`` seconds, and in full at the end;
 - a job is created only after looking it up by its deterministic name, and a create whose
@@ -173,7 +173,7 @@ class PaiBackend:
             ],
             "OutputChannels": [{"Name": name} for name in channels],
         }
-        if spec.source_dir:
+        if spec.source_dir:  # the code's files under a prefix (Key ends in /), as the SDK sends
             code = OssUri.parse(self._upload("code", Path(spec.source_dir)))
             algorithm["CodeDir"] = {
                 "LocationType": "oss",
