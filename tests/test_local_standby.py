@@ -40,6 +40,9 @@ def test_a_sweep_hands_its_jobs_to_runners_started_ahead(tmp_path: Path) -> None
     backend.set_concurrency(2)
     ready = [process.pid for process in backend._standby.ready]
     assert len(ready) == 2
+    # Waiting, they see the launcher's mounts; each job's own /ml comes with the job.
+    mounts = os.readlink("/proc/self/ns/mnt")
+    assert [os.readlink(f"/proc/{pid}/ns/mnt") for pid in ready] == [mounts, mounts]
     command = 'echo "x=$PAI_HPS_X threads=$OMP_NUM_THREADS cwd=$(pwd)"; echo "$SECRET_TOKEN"'
     spec = JobSpec(
         name="standby",
@@ -52,9 +55,8 @@ def test_a_sweep_hands_its_jobs_to_runners_started_ahead(tmp_path: Path) -> None
     state = read_json(backend.job_dir("standby") / "state.json")
     assert state["runner_pid"] == ready[0]  # the oldest standby runner ran it
     threads = max(1, len(os.sched_getaffinity(0)) // 2)
-    working_dir = backend.job_dir("standby") / "ml" / "usercode"
     lines = backend.read_logs(handle, 0, final=True).lines
-    assert lines == [f"x=7 threads={threads} cwd={working_dir}", "only-in-the-job"]
+    assert lines == [f"x=7 threads={threads} cwd=/ml/usercode", "only-in-the-job"]
     assert len(backend._standby.ready) == 2  # replaced at once, for the next job
 
 

@@ -1,8 +1,10 @@
-"""Local process backend: each job in its own directory that mirrors PAI's ``/ml`` tree.
+"""Local process backend: each job in its own directory that holds PAI's ``/ml`` tree.
 
 A job runs under a small detached runner (:mod:`paiexp.backends.local_runner`) in its own
-session, so it survives the launcher; the runner records the job's state in ``state.json``
-(written atomically) and the job's output goes to ``job.log``.  Layout of a job directory::
+session, so it survives the launcher, and in a mount namespace in which ``/ml`` is its
+directory's ``ml`` tree (:mod:`paiexp.mlroot`); the runner records the job's state in
+``state.json`` (written atomically) and the job's output goes to ``job.log``.  Layout of a
+job directory::
 
     <root>/<job name>/spec.json      the JobSpec
                       runner.lock    held by the job's one runner for as long as it lives
@@ -36,7 +38,7 @@ from paiexp.backends.checks import (
     oss_channels,
 )
 from paiexp.backends.jobdir import JobDirectories, LocalResults, read_log_file
-from paiexp.backends.local_runner import LOCK_FILE
+from paiexp.backends.local_runner import LOCK_FILE, NO_PRIVATE_ML
 from paiexp.backends.threads import cpu_share, thread_environment
 from paiexp.errors import UserError
 from paiexp.jsonfiles import read_json
@@ -46,6 +48,7 @@ from paiexp.spec import JobSpec
 log = logging.getLogger(__name__)
 
 STANDBY_RUNNERS = 4  # at most, for a sweep
+_told_no_private_ml = False  # that local jobs here see the host's /ml (said once)
 
 
 class LocalBackend(LocalResults):
@@ -107,7 +110,8 @@ class LocalBackend(LocalResults):
         return JobHandle(name=name, id=name) if self.jobs.exists(name) else None
 
     def _environment(self, spec: JobSpec, job_dir: Path) -> dict[str, str]:
-        """The environment of the job's command: the launcher's, the job's, the contract's."""
+        """The environment of the job's command: the launcher's, the job's, the contract's
+        (paths in the job directory; the runner points them at ``/ml`` in the job's view)."""
         input_files = {
             channel: None if Path(source).is_dir() else Path(source).name
             for channel, source in spec.inputs.items()
@@ -205,6 +209,8 @@ class LocalBackend(LocalResults):
                 return JobStatus(
                     JobState.FAILED, reason="the job's runner never started", infrastructure=True
                 )
+        if NO_PRIVATE_ML in state:
+            _tell_no_private_ml(state[NO_PRIVATE_ML])
         status = JobStatus(
             state=JobState(state["state"]),
             reason=state.get("reason"),
@@ -240,6 +246,18 @@ class LocalBackend(LocalResults):
         state = read_json(job_dir / "state.json") or {}
         if state.get("pgid") and not JobState(state["state"]).terminal:
             kill_group(state["pgid"], signal.SIGKILL)
+
+
+def _tell_no_private_ml(why: str) -> None:
+    """Say once per launcher that local jobs here see the host's ``/ml``, and what follows."""
+    global _told_no_private_ml
+    if not _told_no_private_ml:
+        _told_no_private_ml = True
+        log.warning(
+            "backend=local: this machine gives jobs no private /ml (%s): a job that writes "
+            "under /ml is reported FAILED; use backend=docker for such scripts",
+            why,
+        )
 
 
 def _link_inputs(spec: JobSpec, job_dir: Path) -> None:

@@ -1,8 +1,10 @@
 """The detached runner of one local job: ``python -S local_runner.py JOB_DIR GRACE INSTALL CACHE``
 (or ``... --standby``: started ahead, it waits for a job on its standard input).
 
-It runs in its own session (the launcher may die; the job goes on), installs the job's
-requirements, runs the command with ``sh -c`` in its own process group, enforces
+It runs in its own session (the launcher may die; the job goes on), enters a mount namespace
+in which ``/ml`` is the job's own tree (:mod:`paiexp.mlroot`; where the machine gives none,
+a job that wrote under the host's ``/ml`` fails), installs the job's requirements, runs the
+command with ``sh -c`` in its own process group, enforces
 ``max_run_time``, turns SIGTERM into a graceful stop of the whole group, and records the
 outcome in ``state.json`` atomically.
 
@@ -10,8 +12,8 @@ It starts for every job, so it is kept lean: started by path without ``site``, i
 handful of standard modules (the rest only when needed) and uses one interval timer instead
 of threads.  A sweep keeps a few runners on standby, started and imported while jobs run, so
 a freed slot's next job starts without an interpreter's start-up.  Its helpers are the
-standard-library-only :mod:`paiexp.jsonfiles`, :mod:`paiexp.processes`, :mod:`paiexp.exits`
-and :mod:`paiexp.requirements`.
+standard-library-only :mod:`paiexp.jsonfiles`, :mod:`paiexp.processes`, :mod:`paiexp.exits`,
+:mod:`paiexp.requirements` and :mod:`paiexp.mlroot`.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import time
 if __name__ == "__main__":  # started by path without ``site``: the package's parent on the path
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from paiexp import mlroot
 from paiexp.exits import failure_reason
 from paiexp.jsonfiles import read_json, write_json_atomic
 from paiexp.processes import kill_group, process_start_time
@@ -39,11 +42,12 @@ if TYPE_CHECKING:
 
 RUNNING, SUCCEEDED, FAILED, STOPPED = "RUNNING", "SUCCEEDED", "FAILED", "STOPPED"
 LOCK_FILE = "runner.lock"
+NO_PRIVATE_ML = "no_private_ml"  # in the state: why the job sees the host's /ml
 
 
 class Runner:
     def __init__(self, job_dir: str, grace: float, install: str, cache_dir: str) -> None:
-        self.job_dir = job_dir
+        self.job_dir = os.path.abspath(job_dir)
         self.grace = grace
         self.install = install
         self.cache_dir = cache_dir
@@ -53,6 +57,7 @@ class Runner:
         self.child: subprocess.Popen[bytes] | None = None
         self.stop_reason: tuple[str, str] | None = None
         self.alarms: dict[str, float] = {}  # what to do -> when (monotonic)
+        self.host_ml: mlroot.Snapshot | None = None  # without a private /ml: the host's
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.job_dir, *parts)
@@ -75,6 +80,7 @@ class Runner:
                 state=STOPPED, reason="stopped before it started", ended_at=time.time()
             )
             return
+        self.enter_private_ml()
         with open(self.path("job.log"), "ab", buffering=0) as log:
             if not self.install_requirements(log):
                 self.write_state(
@@ -99,6 +105,25 @@ class Runner:
         else:
             return False  # another runner has the job
         return not os.path.exists(self.path("state.json"))
+
+    def enter_private_ml(self) -> None:
+        """From here on, ``/ml`` is the job's tree, and so are the ``PAI_*`` paths and the
+        working directory, as on PAI.  Where the machine gives no private ``/ml``, the
+        job's paths stay as they are, the reason goes into the state (the launcher says it
+        once) and what the host's ``/ml`` holds is noted, to tell whether the job wrote there.
+        """
+        why = mlroot.enter(self.job_dir)
+        if why is None:
+            ml_dir = self.path("ml")
+            mlroot.rebase_paths(os.environ, ml_dir)
+            self.working_dir = mlroot.in_view(self.working_dir, ml_dir)
+        else:
+            self.state[NO_PRIVATE_ML] = why
+            self.host_ml = mlroot.snapshot()
+
+    def wrote_host_ml(self) -> bool:
+        """Whether the job, running without a private ``/ml``, changed the host's."""
+        return NO_PRIVATE_ML in self.state and mlroot.snapshot() != self.host_ml
 
     def install_requirements(self, log: IO[bytes]) -> bool:
         """Install ``requirements`` and ``requirements.txt`` before the command, as PAI does.
@@ -195,6 +220,12 @@ class Runner:
             state, reason = SUCCEEDED, ""
         else:
             state, reason = FAILED, failure_reason(exit_code, sigkill_hint=" (out of memory?)")
+        if state != STOPPED and self.wrote_host_ml():  # its outputs are lost: never SUCCEEDED
+            lost = (
+                "the job wrote under the host's /ml (this machine gives local jobs no private "
+                f"/ml: {self.state[NO_PRIVATE_ML]}); use backend=docker"
+            )
+            state, reason = FAILED, f"{lost}; {reason}" if reason else lost
         self.write_state(
             state=state, reason=reason or None, exit_code=exit_code, ended_at=time.time()
         )
