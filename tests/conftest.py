@@ -80,13 +80,17 @@ def docker_image() -> str:
 
 
 @pytest.fixture(scope="session")
-def pai_cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def pai_cloud(tmp_path_factory: pytest.TempPathFactory, docker_image: str) -> Iterator[Any]:
     """One PAI + OSS emulator for the session (tests that count its jobs or requests start
-    their own). Job names must be unique across the tests that share it."""
+    their own), its jobs in containers of the test image. Job names must be unique across
+    the tests that share it."""
     from emulator import Emulator
 
-    with Emulator(tmp_path_factory.mktemp("pai-cloud")) as emulator:
+    root = tmp_path_factory.mktemp("pai-cloud")
+    with Emulator(root, local_images={"default": docker_image}) as emulator:
         yield emulator
+        assert not emulator.pai.leaked_containers()
+    assert not emulator.pai.containers()  # the rest removed when it stopped
 
 
 @pytest.fixture

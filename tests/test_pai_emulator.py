@@ -1,4 +1,7 @@
-"""The PAI control-plane emulator, driven by the official generated clients over real HTTP."""
+"""The PAI control-plane emulator, driven by the official generated clients over real HTTP.
+
+Its jobs run in containers of the test image, as PAI runs them in the job's image.
+"""
 
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ from alibabacloud_tea_openapi import models as open_api_models
 from conftest import wait_until
 from emulator import Emulator
 from emulator.common import Credentials, FaultPlan
+from emulator.runners import JOB_LABEL
 from Tea.exceptions import TeaException
 
 TESTS = Path(__file__).resolve().parent
@@ -43,6 +47,10 @@ import json, os, sys
 
 hps = json.load(open(os.path.join(os.environ["PAI_CONFIG_DIR"], "hyperparameters.json")))
 assert hps == {"epochs": "3", "learning_rate": "0.5"}, hps
+assert json.load(open("/ml/input/config/hyperparameters.json")) == hps
+assert os.path.samefile("/ml/code", "/ml/usercode") and os.path.islink("/ml/code")
+assert sorted(os.listdir("/ml/usercode")) == ["lib", "train.py"]
+assert open("/ml/input/data/train/train.csv").read() == open(os.environ["PAI_INPUT_TRAIN"]).read()
 assert json.loads(os.environ["PAI_HPS"]) == hps
 assert os.environ["PAI_HPS_LEARNING_RATE"] == "0.5"
 assert sys.argv[1:] == ["--epochs", "3", "--learning_rate", "0.5"], sys.argv
@@ -69,9 +77,13 @@ def config(emu: Emulator, secret: str | None = None, **extra: Any) -> open_api_m
 
 
 @pytest.fixture(scope="module")
-def emu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
-    with Emulator(tmp_path_factory.mktemp("emulator")) as emulator:
+def emu(tmp_path_factory: pytest.TempPathFactory, docker_image: str) -> Iterator[Emulator]:
+    with Emulator(
+        tmp_path_factory.mktemp("emulator"), local_images={"default": docker_image}
+    ) as emulator:
         yield emulator
+        assert not emulator.pai.leaked_containers()  # each removed once its job ended
+    assert not emulator.pai.containers()  # and the rest when the emulator stopped
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +91,19 @@ def client(emu: Emulator) -> PaiClient:
     return PaiClient(config(emu))
 
 
-def upload_code(emu: Emulator, key: str, files: dict[str, str]) -> pai.Location:
-    """Put a .tar.gz of ``files`` into the bucket; return the CodeDir the PAI SDK would send."""
+def code_dir(emu: Emulator, key: str) -> pai.Location:
+    return pai.Location(location_type="oss", location_value={"Bucket": emu.bucket, "Key": key})
+
+
+def upload_code(emu: Emulator, prefix: str, files: dict[str, str]) -> pai.Location:
+    """Put ``files`` under ``prefix`` (ending in /): the CodeDir the PAI SDK 0.4.13 sends."""
+    for name, text in files.items():
+        emu.store.put(emu.bucket, prefix + name, text.encode())
+    return code_dir(emu, prefix)
+
+
+def upload_archive(emu: Emulator, key: str, files: dict[str, str]) -> pai.Location:
+    """A .tar.gz of ``files``: the CodeDir earlier PAI SDK releases sent."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
         for name, text in files.items():
@@ -89,7 +112,7 @@ def upload_code(emu: Emulator, key: str, files: dict[str, str]) -> pai.Location:
             info.size = len(data)
             archive.addfile(info, io.BytesIO(data))
     emu.store.put(emu.bucket, key, buffer.getvalue())
-    return pai.Location(location_type="oss", location_value={"Bucket": emu.bucket, "Key": key})
+    return code_dir(emu, key)
 
 
 def create(
@@ -129,14 +152,13 @@ def wait(client: PaiClient, job_id: str, until: set[str] = FINAL, timeout: float
     return wait_until(reached, timeout, f"job {job_id} reaching one of {sorted(until)}")
 
 
-def alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie waiting for its reaper counts as gone)."""
-    try:
-        os.kill(pid, 0)
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (ProcessLookupError, FileNotFoundError):
-        return False
-    return state != "Z"
+def containers_of(emu: Emulator, job_id: str) -> list[dict[str, Any]]:
+    """The job's containers in the Docker engine now."""
+    return [c for c in emu.pai.containers() if c["Labels"].get(JOB_LABEL) == job_id]
+
+
+def logs_of(client: PaiClient, job_id: str) -> list[str]:
+    return client.list_training_job_logs(job_id, pai.ListTrainingJobLogsRequest()).body.logs
 
 
 def statuses(job: Any) -> list[str]:
@@ -146,7 +168,9 @@ def statuses(job: Any) -> list[str]:
 def test_job_runs_the_pai_contract_and_reports_metrics_logs_and_outputs(
     emu: Emulator, client: PaiClient
 ) -> None:
-    code_dir = upload_code(emu, "pai/training_src/contract/source.tar.gz", {"train.py": TRAIN_PY})
+    code = upload_code(
+        emu, "pai/training_src/contract/", {"train.py": TRAIN_PY, "lib/util.py": "X = 1\n"}
+    )
     emu.store.put(emu.bucket, "data/train.csv", b"a,b\n1,2\n3,4\n")
     output = f"oss://{emu.bucket}/pai/training_job/contract/model/"
     job_id = create(
@@ -154,7 +178,7 @@ def test_job_runs_the_pai_contract_and_reports_metrics_logs_and_outputs(
         emu,
         "contract",
         ["sh", "-c", "python train.py $PAI_USER_ARGS"],
-        code_dir=code_dir,
+        code_dir=code,
         metric_definitions=[pai.MetricDefinition(name="loss", regex=r"loss=([0-9.]+)")],
         hyper_parameters=[
             pai.CreateTrainingJobRequestHyperParameters(name="epochs", value="3"),
@@ -169,7 +193,7 @@ def test_job_runs_the_pai_contract_and_reports_metrics_logs_and_outputs(
             pai.CreateTrainingJobRequestOutputChannels(name="model", output_uri=output)
         ],
         environments={"GREETING": "hello"},
-        python_requirements=["packaging>=20"],  # already installed: nothing to download
+        python_requirements=["numpy>=1.20"],  # in the image already: nothing to download
     )
     assert re.fullmatch(r"train[a-z0-9]{14}", job_id)
     job = wait(client, job_id)
@@ -202,18 +226,21 @@ def test_job_runs_the_pai_contract_and_reports_metrics_logs_and_outputs(
     ).body.metrics
     assert [(m.name, ISO.match(m.timestamp) is not None) for m in latest] == [("loss", True)]
 
-    pages = [
-        client.list_training_job_logs(
-            job_id, pai.ListTrainingJobLogsRequest(page_number=n, page_size=2)
-        ).body
-        for n in (1, 2, 3)
-    ]
-    assert [p.total_count for p in pages] == ["3"] * 3  # the model types it as a string
-    assert [line for p in pages for line in p.logs] == [
+    assert logs[0] == "Installing Python requirements: numpy>=1.20"  # then pip's own lines
+    assert logs[-3:] == [
         "epoch=0 loss=1.0000 rows=3",
         "epoch=1 loss=0.5000 rows=3",
         "epoch=2 loss=0.3333 rows=3",
     ]
+    pages = [
+        client.list_training_job_logs(
+            job_id, pai.ListTrainingJobLogsRequest(page_number=n, page_size=2)
+        ).body
+        for n in range(1, len(logs) // 2 + 2)
+    ]
+    total = [str(len(logs))] * len(pages)
+    assert [p.total_count for p in pages] == total  # the model types it as a string
+    assert [line for p in pages for line in p.logs] == logs
     model = emu.store.get(emu.bucket, "pai/training_job/contract/model/model.json")
     assert json.loads(model or b"{}") == {"rows": 3}
 
@@ -253,21 +280,20 @@ def test_list_filters_by_labels_and_name_and_names_are_not_unique(
     }
 
 
-def test_stop_terminates_the_job_and_kills_its_process(emu: Emulator, client: PaiClient) -> None:
-    script = "import os, time; print('pid', os.getpid(), flush=True); time.sleep(60)"
+def test_stop_terminates_the_job_and_removes_its_container(
+    emu: Emulator, client: PaiClient
+) -> None:
+    script = "import time; print('started', flush=True); time.sleep(60)"
     job_id = create(client, emu, "sleeper", ["python", "-c", script])
     assert wait(client, job_id, until={"Running"}).status == "Running"
-    logs = wait_until(
-        lambda: client.list_training_job_logs(job_id, pai.ListTrainingJobLogsRequest()).body.logs,
-        10,
-        "the job's first log line",
-    )
-    pid = int(logs[0].split()[1])
+    wait_until(lambda: logs_of(client, job_id), 10, "the job's first log line")
+    (container,) = containers_of(emu, job_id)
+    assert container["State"] == "running"
     client.stop_training_job(job_id)
     job = wait(client, job_id)
     assert job.status == "Terminated"
     assert statuses(job)[-3:] == ["Running", "Stopping", "Terminated"]
-    assert not alive(pid)
+    assert not containers_of(emu, job_id)
     client.stop_training_job(job_id)  # stopping a finished job changes nothing
     assert wait(client, job_id).status == "Terminated"
 
@@ -279,11 +305,7 @@ def test_a_stopped_job_is_stopping_while_its_process_is_being_killed(emu: Emulat
     stubborn = "trap '' TERM; echo started; sleep 60"
     job_id = create(client, emu, "stubborn", ["exec", "sh", "-c", stubborn])
     assert wait(client, job_id, until={"Running"}).status == "Running"
-    wait_until(
-        lambda: client.list_training_job_logs(job_id, pai.ListTrainingJobLogsRequest()).body.logs,
-        10,
-        "the job's first log line",
-    )
+    wait_until(lambda: logs_of(client, job_id), 10, "the job's first log line")
     client.stop_training_job(job_id)
     stopping = client.get_training_job(job_id).body
     assert stopping.status == "Stopping"
@@ -321,6 +343,13 @@ FAILURES: dict[str, tuple[list[str], dict[str, Any], str, str, str]] = {
         "NoSuchKey",
         "missing",
     ),
+    "code-prefix-without-slash": (  # a key without / names one object: there is none
+        ["true"],
+        {"code": "pai/training_src/contract"},
+        "InitializeFailed",
+        "NoSuchKey",
+        "named with a trailing /",
+    ),
     "pip": (
         ["true"],
         {"requirement": "no-such-dist==1.0"},
@@ -342,9 +371,8 @@ def test_failures_carry_a_reason(emu: Emulator, client: PaiClient, case: str) ->
     if "image" in extra:
         kwargs["image"] = extra["image"]
     if "code" in extra:
-        kwargs["code_dir"] = pai.Location(
-            location_type="oss", location_value={"Bucket": emu.bucket, "Key": extra["code"]}
-        )
+        upload_code(emu, "pai/training_src/contract/", {"train.py": TRAIN_PY})
+        kwargs["code_dir"] = code_dir(emu, extra["code"])
     if "requirement" in extra:  # pip finds nothing without an index: no network, no install
         kwargs["python_requirements"] = [extra["requirement"]]
         kwargs["environments"] = {"PIP_NO_INDEX": "1"}
@@ -358,8 +386,58 @@ def test_failures_carry_a_reason(emu: Emulator, client: PaiClient, case: str) ->
             client.list_training_job_logs(job_id, pai.ListTrainingJobLogsRequest())
         assert caught.value.code == "TRAINING_JOB_INSTANCE_NOT_FOUND"
     if case == "pip":
-        logs = client.list_training_job_logs(job_id, pai.ListTrainingJobLogsRequest()).body.logs
-        assert logs[0] == "Installing Python requirements: no-such-dist==1.0"
+        assert logs_of(client, job_id)[0] == "Installing Python requirements: no-such-dist==1.0"
+
+
+def test_code_dir_names_a_prefix_an_archive_or_one_file(emu: Emulator, client: PaiClient) -> None:
+    """What the SDKs send: 0.4.13 a prefix of files (or one file's key for a one-file
+    source_dir), earlier releases a .tar.gz that PAI unpacks."""
+    forms = {
+        "prefix": upload_code(emu, "pai/training_src/forms/", {"a.py": "", "sub/b.py": ""}),
+        "archive": upload_archive(
+            emu, "pai/training_src/old/source.tar.gz", {"a.py": "", "sub/b.py": ""}
+        ),
+        "file": upload_code(emu, "pai/training_src/single/", {"a.py": ""}),
+    }
+    forms["file"].location_value["Key"] += "a.py"
+    jobs = {
+        form: create(client, emu, f"code-{form}", ["find", ".", "-type", "f"], code_dir=location)
+        for form, location in forms.items()
+    }
+    seen = {}
+    for form, job_id in jobs.items():
+        assert wait(client, job_id).status == "Succeed", form
+        seen[form] = sorted(logs_of(client, job_id))
+    assert seen == {
+        "prefix": ["./a.py", "./sub/b.py"],
+        "archive": ["./a.py", "./sub/b.py"],
+        "file": ["./a.py"],
+    }
+
+
+def test_shutdown_removes_the_containers_of_jobs_still_running(
+    tmp_path: Path, docker_image: str
+) -> None:
+    with Emulator(tmp_path, local_images={"default": docker_image}) as emu:
+        client = PaiClient(config(emu))
+        job_id = create(client, emu, "left-running", ["sh", "-c", "echo up; sleep 60"])
+        wait_until(lambda: client.get_training_job(job_id).body.status == "Running", 20)
+        wait_until(lambda: logs_of(client, job_id), 20, "the job's first log line")
+        assert containers_of(emu, job_id)
+    assert not emu.pai.containers()
+    assert emu.job(job_id)["Status"] == "Terminated"
+
+
+def test_an_image_without_a_local_stand_in_cannot_be_pulled(
+    tmp_path: Path, docker_image: str
+) -> None:
+    with Emulator(tmp_path, local_images={IMAGE: docker_image}) as emu:  # only IMAGE maps
+        client = PaiClient(config(emu))
+        other = IMAGE.split("/pai/")[0] + "/pai/pytorch-training:1.12-cpu-py39-ubuntu20.04"
+        job = wait(client, create(client, emu, "unmapped", ["true"], image=other))
+        assert (job.status, job.reason_code) == ("Failed", "ImagePullBackOff")
+        assert "local_images" in job.reason_message
+        assert wait(client, create(client, emu, "mapped", ["true"])).status == "Succeed"
 
 
 def test_bad_requests_are_rejected(emu: Emulator, client: PaiClient) -> None:
@@ -530,9 +608,12 @@ def test_list_images_filters_official_images_by_label(emu: Emulator) -> None:
     assert terse[0].labels == []  # labels only with Verbose=true
 
 
-def test_python_m_emulator_prints_its_endpoints_and_stops_on_sigterm(tmp_path: Path) -> None:
+def test_python_m_emulator_prints_its_endpoints_and_stops_on_sigterm(
+    tmp_path: Path, docker_image: str
+) -> None:
+    image = f"default={docker_image}"
     process = subprocess.Popen(
-        [sys.executable, "-m", "emulator", "--root", str(tmp_path)],
+        [sys.executable, "-m", "emulator", "--root", str(tmp_path), "--image", image],
         cwd=TESTS,
         stdout=subprocess.PIPE,
         text=True,
@@ -551,6 +632,27 @@ def test_python_m_emulator_prints_its_endpoints_and_stops_on_sigterm(tmp_path: P
             )
         )
         assert client.list_training_jobs(pai.ListTrainingJobsRequest()).body.total_count == 0
+        account: Any = SimpleNamespace(workspace_id=info["workspace_id"])
+        job_id = create(
+            client,
+            account,
+            "cli",
+            ["sh", "-c", "test -d /ml/usercode && test -f /.dockerenv && echo in-a-container"],
+        )
+        assert wait(client, job_id).status == "Succeed"
+        assert logs_of(client, job_id) == ["in-a-container"]
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=10) == 0
+
+
+def test_python_m_emulator_refuses_a_malformed_image_mapping(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "emulator", "--root", str(tmp_path), "--image", "no-tag"],
+        cwd=TESTS,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "--image 'no-tag': expected URI=TAG or default=TAG" in done.stderr

@@ -33,7 +33,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fault-rate", type=float, default=0.0)
     parser.add_argument("--fault-seed", type=int, default=0)
     parser.add_argument("--image-allow", help="regex of extra image URIs jobs may use")
+    parser.add_argument(
+        "--image",
+        action="append",
+        default=[],
+        metavar="URI=TAG",
+        help="run jobs of PAI image URI (or 'default': any) in the local Docker image TAG; "
+        "repeatable (without it, jobs run as host processes)",
+    )
     args = parser.parse_args(argv)
+    local_images = {}
+    for pair in args.image:
+        uri, sep, tag = pair.partition("=")
+        if not sep or not uri or not tag:
+            parser.error(f"--image {pair!r}: expected URI=TAG or default=TAG")
+        local_images[uri] = tag
 
     credentials = Credentials(args.access_key_id, args.access_key_secret, args.security_token)
     emulator = Emulator(
@@ -48,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         pai_port=args.pai_port,
         oss_port=args.oss_port,
         image_allow=args.image_allow,
+        local_images=local_images or None,
     )
     done = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +15,11 @@ from .store import ObjectStore
 class Emulator:
     """OSS + PAI on 127.0.0.1 sharing a store, the credentials, a request log and a fault plan.
 
-    ``faults`` is live: change it in place (``emulator.faults.rate = 0.2``) or assign a new
-    plan (``emulator.faults = FaultPlan(rate=1.0, kinds=("throttle",))``); both servers follow.
+    ``local_images`` (a PAI image URI, or ``default`` for any, -> a local Docker image) runs
+    every job in a container of that image with ``/ml`` laid out as on PAI; without it, jobs
+    run as host processes. ``faults`` is live: change it in place
+    (``emulator.faults.rate = 0.2``) or assign a new plan
+    (``emulator.faults = FaultPlan(rate=1.0, kinds=("throttle",))``); both servers follow.
     """
 
     def __init__(
@@ -32,6 +36,7 @@ class Emulator:
         pai_port: int = 0,
         oss_port: int = 0,
         image_allow: str | None = None,
+        local_images: Mapping[str, str] | None = None,
     ) -> None:
         self.root = Path(root)
         self.credentials = credentials or Credentials()
@@ -53,6 +58,7 @@ class Emulator:
             port=pai_port,
             region=region,
             image_allow=image_allow,
+            local_images=local_images,
         )
 
     @property

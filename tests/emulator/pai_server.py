@@ -9,9 +9,13 @@ signatures PAI accepts, recomputed with the account's secret: ``ACS3-HMAC-SHA256
 A training job is run for real: a background thread walks it through Creating -> Created ->
 Initializing -> Submitted -> Running -> Succeed/Failed/Terminated (the order of
 ``TrainingJobStatus`` in the PAI SDK), fetches its code and inputs from the object store into
-``<root>/jobs/<id>/ml`` (the PAI ``/ml`` tree), runs the command with the host interpreter first
-on ``PATH``, extracts metrics from the log with ``MetricDefinitions`` and pushes
-``ml/output/<channel>/`` to each channel's ``OutputUri`` before the final status is set.
+``<root>/jobs/<id>/ml`` (the PAI ``/ml`` tree, with ``code`` the same directory as
+``usercode``), runs the command, extracts metrics from the log with ``MetricDefinitions`` and
+pushes ``ml/output/<channel>/`` to each channel's ``OutputUri`` before the final status is set.
+Given ``local_images`` (PAI image URI, or ``default``, -> local Docker image), the command runs
+in a container of that image with that tree at ``/ml``, as on PAI (see runners.py); without,
+on the host with the host interpreter first on ``PATH`` and the tree where it is (a fast mode
+for tests of the API alone). The ``PAI_*`` variables are those of ``paiexp.contract``.
 StopTrainingJob moves a job to ``Stopping`` while its process is being stopped (at least one
 phase), then to ``Terminated``.
 """
@@ -30,9 +34,7 @@ import os
 import re
 import secrets
 import shlex
-import signal
 import socket
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -40,7 +42,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.message import Message
@@ -51,7 +53,10 @@ from urllib.parse import parse_qsl, quote, unquote
 
 from packaging.requirements import InvalidRequirement, Requirement
 
+from paiexp import contract
+
 from .common import Credentials, Fault, FaultPlan, RequestLog, RequestRecord
+from .runners import JOB_LABEL, ContainerEngine, HostProcess, Running, entry_script
 from .store import ObjectStore, split_uri
 
 # ECS instance types PAI-DLC sells in cn-hangzhou (CPU and GPU); anything else is rejected.
@@ -140,7 +145,7 @@ class _Job:
     end: float | None = None
     logs: list[tuple[float, str]] = field(default_factory=list)
     metrics: list[tuple[str, float, float]] = field(default_factory=list)
-    process: subprocess.Popen[bytes] | None = None
+    running: Running | None = None  # its command (pip or the job's), while it runs
     stop_reason: str | None = None  # "user", "timeout" or "shutdown"
     stopping_since: float | None = None  # when StopTrainingJob set Stopping
     stop_event: threading.Event = field(default_factory=threading.Event)
@@ -177,6 +182,7 @@ class PaiServer:
         region: str = "cn-hangzhou",
         instance_types: Iterable[str] = DEFAULT_INSTANCE_TYPES,
         image_allow: str | None = None,
+        local_images: Mapping[str, str] | None = None,
     ) -> None:
         self.store = store
         self.credentials = credentials
@@ -188,6 +194,9 @@ class PaiServer:
         self.instance_types = frozenset(instance_types)
         self.image_allow = re.compile(image_allow) if image_allow else None
         self.images = _official_images(region)
+        self.engine = (
+            ContainerEngine(local_images, self.root, KILL_GRACE_SECONDS) if local_images else None
+        )
         self._host, self._port = host, port
         self._lock = threading.RLock()
         self._jobs: dict[str, _Job] = {}
@@ -211,6 +220,8 @@ class PaiServer:
         for job in jobs:
             if job.thread:
                 job.thread.join(timeout=KILL_GRACE_SECONDS + 5)
+        if self.engine:
+            self.engine.remove_all()
         if self._httpd:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -247,6 +258,17 @@ class PaiServer:
         """One job as GetTrainingJob shows it; KeyError when there is none."""
         with self._lock:
             return json.loads(json.dumps(self._view(self._jobs[training_job_id])))
+
+    def containers(self) -> list[dict[str, Any]]:
+        """The job containers this emulator has in the engine now."""
+        return self.engine.containers() if self.engine else []
+
+    def leaked_containers(self) -> list[dict[str, Any]]:
+        """Containers of jobs that have ended: none, unless the emulator leaks them (a job's
+        container is removed before its final status is set)."""
+        with self._lock:
+            ended = {job.id for job in self._jobs.values() if job.status in TERMINAL}
+        return [c for c in self.containers() if c["Labels"].get(JOB_LABEL) in ended]
 
     # HTTP plumbing ---------------------------------------------------------------------
     def _build_routes(self) -> list[_Route]:
@@ -659,9 +681,7 @@ class PaiServer:
         _pairs(request, "Labels", "Key", "Value")
         with self._lock:
             found = self._find(job)
-            labels = {
-                label["Key"]: label["Value"] for label in found.request.get("Labels") or []
-            }
+            labels = {label["Key"]: label["Value"] for label in found.request.get("Labels") or []}
             labels.update({label["Key"]: label["Value"] for label in request.get("Labels") or []})
             found.request["Labels"] = [{"Key": k, "Value": v} for k, v in labels.items()]
         return {}
@@ -811,6 +831,15 @@ class PaiServer:
                         "or cannot be pulled.",
                     )
                     return
+                if status == "Running" and self.engine and not self._local_image(job):
+                    self._finish(
+                        job,
+                        "Failed",
+                        "ImagePullBackOff",
+                        f'Back-off pulling image "{self._image(job)}": no local image stands '
+                        "in for it (the emulator's local_images).",
+                    )
+                    return
                 self._transition(job, status)
             self._finish(job, *self._execute(job))
         except Exception as exc:  # an emulator bug: fail the job visibly
@@ -827,6 +856,9 @@ class PaiServer:
     def _image(self, job: _Job) -> str:
         return str(job.request["AlgorithmSpec"]["Image"])
 
+    def _local_image(self, job: _Job) -> str | None:
+        return self.engine.image_for(self._image(job)) if self.engine else None
+
     def _prepare(self, job: _Job) -> tuple[str, str] | None:
         """Fetch code and inputs, lay out ``ml/``; return (ReasonCode, ReasonMessage) on failure."""
         request = job.request
@@ -834,6 +866,7 @@ class PaiServer:
         usercode = job.ml / "usercode"
         for sub in ("usercode", "input/config", "input/data", "output"):
             (job.ml / sub).mkdir(parents=True, exist_ok=True)
+        (job.ml / "code").symlink_to("usercode")  # the older name of the same directory
         location = spec.get("CodeDir") or request.get("CodeDir")
         if location:
             failure = self._fetch_code(_location_uri(location), usercode)
@@ -867,107 +900,145 @@ class PaiServer:
         return "prefix" if next(iter(self.store.keys(bucket, prefix)), None) else None
 
     def _fetch_code(self, uri: str, usercode: Path) -> tuple[str, str] | None:
-        kind = self._object_kind(uri)
-        if kind is None:
-            return _missing("CodeDir", uri, self.store)
-        if kind == "prefix" or not uri.endswith((".tar.gz", ".tgz", ".tar")):
+        """Copy the CodeDir into ``usercode``; (ReasonCode, ReasonMessage) if it cannot be had.
+
+        A key ending in ``/`` is a prefix whose files are the code: what the PAI SDK (0.4.13)
+        uploads for ``source_dir``. Any other key names one object. A ``.tar.gz`` (``.tgz``,
+        ``.tar``) is unpacked: earlier SDK releases uploaded ``source_dir`` as
+        ``training_src/<job>/source.tar.gz`` and sent that key (``_build_code_input``:
+        ``upload(..., is_tar=True)``, "PAI download the source code passing by CodeDir and
+        untar to directory /ml/usercode/"), and 0.4.13 still fetches OSS code of model recipes
+        with ``un_tar=True``. Another file is copied as it is (0.4.13 uploads a ``source_dir``
+        that is one file to ``training_src/<job>/<name>`` and sends that key).
+        """
+        bucket, key = split_uri(uri)
+        if not key or key.endswith("/"):
+            if self._object_kind(uri) != "prefix":
+                return _missing("CodeDir", uri, self.store)
             self.store.download_uri(uri, usercode)
             return None
-        data = self.store.get(*split_uri(uri)) or b""
+        if self.store.head(bucket, key) is None:
+            code, message = _missing("CodeDir", uri, self.store)
+            if self._object_kind(uri) == "prefix":
+                message += f" A prefix of files is named with a trailing /: {uri}/"
+            return code, message
+        if not key.endswith((".tar.gz", ".tgz", ".tar")):
+            self.store.download_uri(uri, usercode)
+            return None
         try:
-            with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as archive:
+            with tarfile.open(fileobj=io.BytesIO(self.store.get(bucket, key) or b"")) as archive:
                 archive.extractall(usercode, filter="data")
         except (tarfile.TarError, OSError) as exc:
             return "InvalidCodeDir", f"CodeDir {uri} is not a readable tar archive: {exc}"
         return None
 
-    def _environment(self, job: _Job) -> dict[str, str]:
-        """A container-like environment: a few host basics, Environments, every PAI_* variable."""
+    def _environment(self, job: _Job, layout: contract.JobLayout) -> dict[str, str]:
+        """The job's Environments and every ``PAI_*`` variable of the contract for ``layout``."""
         request = job.request
-        ml = job.ml
-        env = {k: v for k, v in os.environ.items() if HOST_ENV.fullmatch(k)}
-        env.update(request.get("Environments") or {})
         hps = {hp["Name"]: hp["Value"] for hp in request.get("HyperParameters") or []}
-        env |= {
-            "PAI_WORKING_DIR": str(ml / "usercode"),
-            "PAI_CONFIG_DIR": str(ml / "input" / "config"),
-            "PAI_HPS": json.dumps(hps),
-            "PAI_USER_ARGS": " ".join(f"--{k} {shlex.quote(v)}" for k, v in hps.items()),
-            "PATH": os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")]),
+        inputs = {
+            channel["Name"]: (
+                channel["InputUri"].rsplit("/", 1)[-1]
+                if self._object_kind(channel["InputUri"]) == "object"
+                else None
+            )
+            for channel in request.get("InputChannels") or []
         }
-        for name, value in hps.items():
-            env[_env_name("PAI_HPS_", name)] = value
-        for channel in request.get("InputChannels") or []:
-            target = ml / "input" / "data" / channel["Name"]
-            if self._object_kind(channel["InputUri"]) == "object":
-                target = target / channel["InputUri"].rsplit("/", 1)[-1]
-                env[_env_name("PAI_INPUT_", channel["Name"])] = str(target)
-            else:
-                env[_env_name("PAI_INPUT_", channel["Name"])] = f"{target}/"
-        for channel in request.get("OutputChannels") or []:
-            env[_env_name("PAI_OUTPUT_", channel["Name"])] = f"{ml / 'output' / channel['Name']}/"
-        return env
+        outputs = [channel["Name"] for channel in request.get("OutputChannels") or []]
+        env = dict(request.get("Environments") or {})
+        return env | contract.environment(layout, hps, inputs, outputs)
 
     def _execute(self, job: _Job) -> tuple[str, str | None, str | None]:
-        """Install what is missing, run the command; the final (status, code, message)."""
-        request = job.request
-        env = self._environment(job)
-        usercode = job.ml / "usercode"
-        limit = _time_limit(request)
+        """Install the requirements, run the command; the final (status, code, message)."""
+        limit = _time_limit(job.request)
         timer = threading.Timer(limit, self._interrupt, (job, "timeout")) if limit else None
         if timer:
             timer.daemon = True
             timer.start()
         try:
-            requirements = list(request.get("PythonRequirements") or [])
-            requirements_file = usercode / "requirements.txt"
-            if requirements_file.is_file():
-                requirements += requirements_file.read_text().splitlines()
-            missing = _unsatisfied(requirements)
-            if missing:
-                self._append_log(job, "Installing Python requirements: " + ", ".join(missing))
-                pip = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check"]
-                code = self._spawn(job, [*pip, *missing], env, usercode)
-                if job.stop_reason:
-                    return self._stopped(job)
-                if code != 0:
-                    message = f"Installing Python requirements failed with exit code {code}."
-                    return "Failed", "RequirementsInstallFailed", message
-            command = shlex.join(request["AlgorithmSpec"]["Command"])
-            code = self._spawn(job, ["sh", "-c", command], env, usercode)
-            if job.stop_reason or code is None:
-                return self._stopped(job)
-            if code == 0:
-                return "Succeed", None, None
-            how = f"was killed by signal {-code}" if code < 0 else f"failed with exit code {code}"
-            return "Failed", "JobFailed", f"The training process {how}."
+            if self.engine:
+                return self._execute_in_container(job, self.engine)
+            return self._execute_on_host(job)
         finally:
             if timer:
                 timer.cancel()
 
-    def _spawn(self, job: _Job, argv: list[str], env: dict[str, str], cwd: Path) -> int | None:
-        """Run ``argv`` in its own process group, every output line into the job log."""
-        with self._lock:
-            if job.stop_reason:
-                return None
-            process = subprocess.Popen(
-                argv,
-                cwd=cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
+    def _execute_in_container(
+        self, job: _Job, engine: ContainerEngine
+    ) -> tuple[str, str | None, str | None]:
+        """One container: its entry script installs the requirements, then runs the command."""
+        request = job.request
+        runtime = job.dir / "runtime"
+        runtime.mkdir(exist_ok=True)
+        (runtime / "entry.sh").write_text(
+            entry_script(
+                list(request.get("PythonRequirements") or []),
+                (job.ml / "usercode" / "requirements.txt").is_file(),
+                request["AlgorithmSpec"]["Command"],
             )
-            job.process = process
-        assert process.stdout is not None
-        for raw in iter(process.stdout.readline, b""):
-            self._append_log(job, raw.decode(errors="replace").rstrip("\r\n"))
-        process.stdout.close()
-        code = process.wait()
+        )
+        env = self._environment(job, contract.JobLayout())
+        image = self._local_image(job)
+        assert image is not None  # checked before the job ran
+        code = self._spawn(job, lambda: engine.start(job.id, image, job.ml, runtime, env))
+        if job.stop_reason or code is None:
+            return self._stopped(job)
+        failed = runtime / "requirements-failed"
+        if failed.exists():
+            code_text = failed.read_text().strip()
+            message = f"Installing Python requirements failed with exit code {code_text}."
+            return "Failed", "RequirementsInstallFailed", message
+        return _outcome(code)
+
+    def _execute_on_host(self, job: _Job) -> tuple[str, str | None, str | None]:
+        """Install what the host interpreter lacks, then run the command in ``ml/usercode``."""
+        request = job.request
+        env = {k: v for k, v in os.environ.items() if HOST_ENV.fullmatch(k)}
+        env |= self._environment(job, contract.JobLayout(job.ml))
+        env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
+        usercode = job.ml / "usercode"
+        requirements = list(request.get("PythonRequirements") or [])
+        requirements_file = usercode / "requirements.txt"
+        if requirements_file.is_file():
+            requirements += requirements_file.read_text().splitlines()
+        missing = _unsatisfied(requirements)
+        if missing:
+            self._append_log(job, "Installing Python requirements: " + ", ".join(missing))
+            pip = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check"]
+            code = self._spawn(job, lambda: self._host_process([*pip, *missing], env, usercode))
+            if job.stop_reason:
+                return self._stopped(job)
+            if code != 0:
+                message = f"Installing Python requirements failed with exit code {code}."
+                return "Failed", "RequirementsInstallFailed", message
+        command = ["sh", "-c", shlex.join(request["AlgorithmSpec"]["Command"])]
+        code = self._spawn(job, lambda: self._host_process(command, env, usercode))
+        if job.stop_reason or code is None:
+            return self._stopped(job)
+        return _outcome(code)
+
+    def _host_process(self, argv: list[str], env: dict[str, str], cwd: Path) -> HostProcess:
+        return HostProcess(argv, env, cwd, KILL_GRACE_SECONDS)
+
+    def _spawn(self, job: _Job, start: Callable[[], Running]) -> int | None:
+        """Start a command, every output line into the job log; its exit code, or None when
+        the job was stopped before it started."""
+        if job.stop_reason:
+            return None
+        running = start()
         with self._lock:
-            job.process = None
-        return code
+            job.running = running
+            stopped = job.stop_reason is not None
+        try:
+            if stopped:  # stopped while it was starting: _interrupt found nothing to kill
+                running.kill()
+            for line in running.lines():
+                self._append_log(job, line)
+            return running.wait()
+        finally:
+            with self._lock:
+                job.running = None
+            running.close()
 
     def _stopped(self, job: _Job) -> tuple[str, str, str]:
         if job.stop_reason == "timeout":
@@ -977,7 +1048,7 @@ class PaiServer:
         return "Terminated", "JobStoppedByUser", "The training job was stopped."
 
     def _interrupt(self, job: _Job, reason: str) -> None:
-        """Stop a job: mark why, wake its thread, kill its process group (TERM, then KILL).
+        """Stop a job: mark why, wake its thread, stop its command (TERM, then KILL).
 
         A user's stop shows as ``Stopping`` until the job thread sets the final status.
         """
@@ -989,9 +1060,9 @@ class PaiServer:
                 job.stopping_since = time.time()
                 self._transition(job, "Stopping")
             job.stop_event.set()
-            process = job.process
-        if process is not None:
-            threading.Thread(target=_kill_group, args=(process,), daemon=True).start()
+            running = job.running
+        if running is not None:
+            threading.Thread(target=running.kill, daemon=True).start()
 
     def _append_log(self, job: _Job, line: str) -> None:
         at = time.time()
@@ -1117,15 +1188,12 @@ def _list_item(view: dict[str, Any], dlc_id: str) -> dict[str, Any]:
     return {k: v for k, v in view.items() if k in LIST_KEYS} | {"DlcJobId": dlc_id}
 
 
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(KILL_GRACE_SECONDS)
-    with contextlib.suppress(ProcessLookupError):  # what is left of the group
-        os.killpg(process.pid, signal.SIGKILL)
+def _outcome(code: int) -> tuple[str, str | None, str | None]:
+    """A command's exit code as the job's final (status, code, message)."""
+    if code == 0:
+        return "Succeed", None, None
+    how = f"was killed by signal {-code}" if code < 0 else f"failed with exit code {code}"
+    return "Failed", "JobFailed", f"The training process {how}."
 
 
 def _official_images(region: str) -> list[dict[str, Any]]:
@@ -1317,10 +1385,6 @@ def _is_float(text: str | None) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _env_name(prefix: str, name: str) -> str:
-    return prefix + re.sub(r"[^A-Za-z0-9_]", "_", name).upper()
 
 
 def _random_id(length: int) -> str:
