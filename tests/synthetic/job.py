@@ -2,8 +2,9 @@
 
 Hyperparameters (PAI_HPS): x (the objective is x**2), duration (seconds, spread over
 `steps` per-step lines `loss=...`), fail ("true" -> exit 3), nan ("true" -> prints nan),
-silent ("true" -> never prints the objective). Every execution appends its working
-directory to the file named by $LEDGER, so tests can count executions.
+silent ("true" -> never prints the objective). Every execution appends its hyperparameters
+(PAI_HPS, one line) to the file named by $LEDGER, so tests can count executions and tell
+whose they were (every job's working directory is /ml/usercode, as on PAI).
 """
 
 import json
@@ -19,7 +20,7 @@ steps = int(hps.get("steps", 5))
 ledger = os.environ.get("LEDGER")
 if ledger:
     with open(ledger, "a") as stream:
-        stream.write(os.environ["PAI_WORKING_DIR"] + "\n")
+        stream.write(os.environ["PAI_HPS"] + "\n")
 
 for step in range(steps):
     time.sleep(duration / steps)
