@@ -166,6 +166,9 @@ class SweepConfig:
     pruner: PrunerConfig = field(default_factory=PrunerConfig)
     # An RDB URL (sqlite:///..., postgresql://...) or a journal file path (default).
     storage: str = "optuna.journal"
+    # Seconds a launcher on another host may go without a heartbeat (written every quarter
+    # of this) before another launcher sharing the study adopts its running trials.
+    heartbeat_grace: float = 60.0
     study_name: str | None = None
     timeout: float | None = None
     max_failures: int | None = None

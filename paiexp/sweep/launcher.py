@@ -2,10 +2,10 @@
 
 A sweep is checked whole before anything exists (:func:`prepare_sweep`), then launched: its
 study opened (:mod:`~paiexp.sweep.opening`), its parent run opened
-(:mod:`~paiexp.sweep.parent_run`), trials a launcher that is gone left running adopted
-(:mod:`~paiexp.sweep.resume`), and trials run by the loop (:mod:`~paiexp.sweep.scheduler`)
+(:mod:`~paiexp.sweep.parent_run`), and trials run by the loop (:mod:`~paiexp.sweep.scheduler`)
 within the study's budget (:mod:`~paiexp.sweep.budget`), each trial's job and run handled by
-:mod:`~paiexp.sweep.trial_jobs`.
+:mod:`~paiexp.sweep.trial_jobs`, trials of launchers that are gone adopted
+(:mod:`~paiexp.sweep.resume`).
 
 ``sweep.n_trials`` is the study's total: trials that ran (or run) count; a failed trial that
 was re-run counts once, through its retry.
@@ -13,9 +13,7 @@ was re-run counts once, through its retry.
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,13 +27,13 @@ from omegaconf import DictConfig
 from paiexp.backends import Backend, create_backend
 from paiexp.config import Config, SweepConfig
 from paiexp.errors import UserError
-from paiexp.processes import process_start_time
 from paiexp.record import SourceInfo, source_info
 from paiexp.sweep.budget import TrialBudget
 from paiexp.sweep.opening import open_study, sweep_id
+from paiexp.sweep.ownership import launcher_identity
 from paiexp.sweep.parent_run import parent_run
 from paiexp.sweep.progress import Progress
-from paiexp.sweep.resume import adopt_running_trials, finished_before
+from paiexp.sweep.resume import finished_before
 from paiexp.sweep.scheduler import Scheduler
 from paiexp.sweep.space import SearchSpace, parse_space
 from paiexp.sweep.study import (
@@ -133,8 +131,8 @@ class Launcher:
         self.prepared = prepared
         self.progress = progress
         self.tracker_factory = tracker_factory
-        pid = os.getpid()
-        self.owner = f"{socket.gethostname()}:{pid}:{process_start_time(pid)}"
+        self.identity = launcher_identity()
+        self.owner = str(self.identity)
 
     def run(self) -> SweepOutcome:
         prepared = self.prepared
@@ -147,12 +145,11 @@ class Launcher:
         known_run = study.user_attrs.get(PARENT_RUN_ATTR)
         tracker.open_parent(sweep, known_run, parent.create, parent.invocation)
         budget = TrialBudget(study, prepared.sweep.retries)
-        jobs = TrialJobs(prepared, study, sweep, budget, tracker, self.progress, self.owner)
+        jobs = TrialJobs(prepared, study, sweep, budget, tracker, self.progress, self.identity)
         tracker.reconcile(finished_before(jobs))
         scheduler = Scheduler(
             jobs, budget, prepared.sweep, prepared.pruning, tracker, self.progress
         )
-        scheduler.follow(adopt_running_trials(jobs, self.progress))
         with interrupts_to(scheduler), self.progress.live(scheduler):
             scheduler.run()
         jobs.publish_best()  # the study's best, even if a killed launch lost its last update

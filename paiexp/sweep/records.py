@@ -2,9 +2,11 @@
 
 Per trial (user attributes): ``paiexp:job_name``, deterministic from the study and the trial
 number, before anything exists outside the storage; ``paiexp:job_id`` once its job is
-submitted; ``paiexp:owner``, the launcher following it; and, when it ended, why it failed and
-whether it was re-run.  Per study: ``paiexp:sweep_id``, which tells its runs and jobs apart
-from those of another study of the same name.
+submitted; ``paiexp:owner``, the launcher following it (changed only by an atomic claim, see
+:mod:`paiexp.sweep.ownership`); and, when it ended, why it failed and whether it was re-run.
+Per study: ``paiexp:sweep_id``, which tells its runs and jobs apart from those of another
+study of the same name; and, as system attributes, ``paiexp:heartbeat:<owner>``, the time of
+each launcher's last heartbeat.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ RETRY_OF = "paiexp:retry_of"
 ATTEMPT = "paiexp:attempt"
 PRUNING = "paiexp:pruning"
 SWEEP_ID = "paiexp:sweep_id"
+HEARTBEAT = "paiexp:heartbeat:"  # + the owner
 
 REASON_LIMIT = 2000  # characters of a failure reason kept in the storage
 

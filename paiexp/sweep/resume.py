@@ -1,18 +1,22 @@
-"""Resuming a study: trials a launcher that is gone left RUNNING, and runs a crash left open.
+"""Adopting trials whose launcher is gone, and closing runs a crash left open.
 
-A trial left RUNNING whose owner is gone is adopted: a trial without a job id is submitted
-again under the same name (submission is idempotent by name, so no job is created twice); a
-trial whose job is found is followed from its log's start; a trial whose submitted job is
-lost fails and, within ``sweep.retries``, is re-run.
+A RUNNING trial is adopted when its owner is gone (see :mod:`paiexp.sweep.ownership`: dead on
+this host, or silent for the grace period), or when it has a job name but no owner (an older
+paiexp, or a hand, left it: every launcher names itself before naming the job).  A trial
+asked by a launcher that died before claiming it stays ownerless; it is adopted once it has
+been so for the grace period.  The adopter claims it first, atomically, so that one launcher
+adopts each.  Then a trial without a job id is submitted again under the same name
+(submission is idempotent by name, so no job is created twice); a trial whose job is found is
+followed from its log's start; a trial whose submitted job is lost fails and, within
+``sweep.retries``, is re-run.
 """
 
 from __future__ import annotations
 
-import socket
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from paiexp.errors import UserError
-from paiexp.processes import process_alive
+from paiexp.sweep.ownership import Watch, dead_here, this_host, trial_id
 from paiexp.sweep.records import JOB_ID, JOB_NAME, OWNER, REASON
 from paiexp.sweep.tracking_messages import FinishedTrial
 from paiexp.sweep.trial_jobs import InFlight, TrialJobs
@@ -24,16 +28,47 @@ if TYPE_CHECKING:
     from paiexp.sweep.progress import Progress
 
 
-def adopt_running_trials(jobs: TrialJobs, progress: Progress) -> list[InFlight]:
-    """Take over trials left RUNNING by a launcher that is gone; returns their jobs."""
-    from optuna.trial import TrialState
+class Adopter:
+    """Watches the other launchers' RUNNING trials; claims and follows those of one gone."""
 
-    flights = []
-    for frozen in jobs.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if not orphaned(frozen):
-            continue
+    def __init__(self, jobs: TrialJobs, progress: Progress) -> None:
+        self.jobs = jobs
+        self.progress = progress
+        self.watch = Watch(jobs.lease.identity, jobs.lease.grace)
+        # trials other launchers follow that this one waits for at the end (all but those
+        # of a live launcher on this host, which finishes them): number -> owner
+        self.others: dict[int, str | None] = {}
+
+    def check(self) -> list[InFlight]:
+        """Adopt the trials whose launcher is gone; returns their jobs to follow."""
+        from optuna.trial import TrialState
+
+        lease = self.jobs.lease
+        heartbeats = lease.heartbeats()
+        self.others = {}
+        flights = []
+        for frozen in self.jobs.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            owner = frozen.user_attrs.get(OWNER)
+            if owner == lease.owner:
+                continue
+            if not self._gone(frozen, owner, heartbeats):
+                if owner is None or dead_here(owner, self.watch.host) is None:
+                    self.others[frozen.number] = owner
+                continue
+            if lease.claim(trial_id(frozen), owner):  # else another launcher was first
+                flight = self._adopt(frozen, owner)
+                if flight is not None:
+                    flights.append(flight)
+        return flights
+
+    def _gone(self, frozen: FrozenTrial, owner: str | None, heartbeats: dict[str, Any]) -> bool:
+        if owner is None:
+            return JOB_NAME in frozen.user_attrs or self.watch.silent(f"#{frozen.number}", None)
+        return self.watch.gone(owner, heartbeats)
+
+    def _adopt(self, frozen: FrozenTrial, owner: str | None) -> InFlight | None:
+        jobs = self.jobs
         trial = reopen(jobs.study, frozen)
-        trial.set_user_attr(OWNER, jobs.owner)
         name = frozen.user_attrs.get(JOB_NAME) or jobs.job_name(frozen.number)
         trial.set_user_attr(JOB_NAME, name)
         if JOB_ID in frozen.user_attrs and jobs.backend.find(name) is None:
@@ -41,12 +76,19 @@ def adopt_running_trials(jobs: TrialJobs, progress: Progress) -> list[InFlight]:
             jobs.start_child(trial, spec, adopted=True)
             reason = f"job {name} was lost (not found after a restart)"
             jobs.fail(trial, reason, job_name=name, infrastructure=True)
-            continue
-        progress.say(f"trial {frozen.number}: re-attaching to job {name}")
-        flight = jobs.launch(trial, adopted=frozen)
-        if flight is not None:
-            flights.append(flight)
-    return flights
+            return None
+        self.progress.say(
+            f"trial {frozen.number}: its launcher {owner or '(none recorded)'} is gone; "
+            f"re-attaching to job {name}"
+        )
+        return jobs.launch(trial, adopted=frozen)
+
+
+def orphaned(frozen: FrozenTrial) -> bool:
+    """Whether the launcher of this trial is known at once to be gone: none is recorded, or
+    it ran on this host and its process is dead (one on another host may be alive)."""
+    owner = frozen.user_attrs.get(OWNER)
+    return not owner or dead_here(str(owner), this_host()) is True
 
 
 def reopen(study: Study, frozen: FrozenTrial) -> Trial:
@@ -54,23 +96,11 @@ def reopen(study: Study, frozen: FrozenTrial) -> Trial:
 
     Optuna 5 has no public way from a FrozenTrial to its Trial (``Study.tell`` takes a trial
     number, but ``report``/``should_prune``/``set_user_attr`` need a Trial, whose constructor
-    takes the storage's trial id): the one use of its private ``_trial_id``.
+    takes the storage's trial id).
     """
     from optuna.trial import Trial
 
-    return Trial(study, frozen._trial_id)
-
-
-def orphaned(frozen: FrozenTrial) -> bool:
-    """Whether the launcher that owns this RUNNING trial is gone (on this machine)."""
-    owner = str(frozen.user_attrs.get(OWNER, ""))
-    if not owner:
-        return True
-    host, _, rest = owner.partition(":")
-    if host != socket.gethostname():
-        return False  # another machine's launcher: its own to finish
-    pid, _, start = rest.partition(":")
-    return not process_alive(int(pid), start)
+    return Trial(study, trial_id(frozen))
 
 
 def finished_before(jobs: TrialJobs) -> list[FinishedTrial]:

@@ -5,6 +5,11 @@ call; read each job's new log lines; report the pruning metric's new steps and s
 pruner condemns; tell a trial the moment its job ends.  An interrupt stops submitting, then
 stops the running jobs (``on_interrupt: stop``) or leaves them running for the next launch
 (``detach``).
+
+Once per heartbeat interval, and before it acts on a trial once that is due, the loop
+heartbeats (see :mod:`paiexp.sweep.ownership`) and adopts the trials of launchers that are
+gone.  With its budget spent, it waits for the trials launchers on other hosts follow, so
+that one of them that dies is still adopted.
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ from paiexp.backends import BackendUnavailable, JobState, JobStatus
 from paiexp.metrics import MetricPoint
 from paiexp.monitor import JobResult
 from paiexp.spec import JobSpec
+from paiexp.sweep.ownership import trial_id
 from paiexp.sweep.records import PRUNING
+from paiexp.sweep.resume import Adopter
 from paiexp.sweep.trial_jobs import InFlight, TrialJobs
 
 if TYPE_CHECKING:
@@ -53,6 +60,8 @@ class Scheduler:
         self.stop_reason: str | None = None
         self.stop_failed = False  # stopped by failures (max_failures, tracking, refusal)
         self.started = time.monotonic()
+        self.adopter = Adopter(jobs, progress)
+        self.waiting_for: set[int] = set()  # other launchers' trials awaited at the end
 
     @property
     def study(self) -> Study:
@@ -80,17 +89,22 @@ class Scheduler:
 
     def run(self) -> None:
         """Run trials until the budget is spent or the sweep stops, and their jobs ended."""
+        self.follow(self.adopter.check())  # before the first heartbeat is due
         while True:
+            self._hold()
             if self.interrupts:
                 if self.sweep.on_interrupt == "detach":
                     return  # trials stay RUNNING; the next launch re-attaches to their jobs
                 self._stop_all()
             while self._can_submit():
+                self._hold()
                 flight = self.jobs.start()
                 if flight is not None:
                     self.inflight.append(flight)
             if not self.inflight:
-                return
+                if self.interrupts or self.stop_reason or not self._await_others():
+                    return
+                continue
             self.jobs.label_runs()
             handles = [f.handle for f in self.inflight]
             try:
@@ -99,9 +113,12 @@ class Scheduler:
                 self.progress.say(f"backend unavailable, polling again: {exc}")
                 self.backend.wait(handles, self.backend.poll_interval)
                 continue
-            for flight in list(self.inflight):
+            for flight in [f for f in self.inflight if f.handle.id in statuses]:
                 status = statuses[flight.handle.id]
                 points = flight.monitor.pull(final=status.state.terminal)
+                self._hold()
+                if flight not in self.inflight:
+                    continue  # taken over by another launcher while this one was silent
                 if status.state.terminal:
                     self.inflight.remove(flight)
                     self._complete(flight, status)
@@ -111,8 +128,43 @@ class Scheduler:
             if self.inflight and not self._slot_free():
                 self.backend.wait([f.handle for f in self.inflight], self.backend.poll_interval)
 
+    def _hold(self) -> None:
+        """When due: heartbeat (after a silence, claim this launcher's trials again and drop
+        those another launcher took), then adopt the trials of launchers that are gone."""
+        lease = self.jobs.lease
+        if not lease.due():
+            return
+        if lease.fresh():
+            lease.beat()
+        else:
+            lost = set(lease.renew({f.trial.number: trial_id(f.trial) for f in self.inflight}))
+            for flight in [f for f in self.inflight if f.trial.number in lost]:
+                self.inflight.remove(flight)
+                self.progress.say(
+                    f"trial {flight.trial.number}: another launcher took it over while this "
+                    "one was silent; left to it"
+                )
+        self.follow(self.adopter.check())
+
+    def _await_others(self) -> bool:
+        """With nothing of its own to run: whether trials of other launchers still run (this
+        launcher waits to adopt them if their launcher goes); sleeps until the next check."""
+        others = self.adopter.others
+        if not others:
+            return False
+        if set(others) != self.waiting_for:
+            self.waiting_for = set(others)
+            owners = sorted({str(owner).split(":")[0] for owner in others.values()})
+            self.progress.say(
+                f"waiting for {len(others)} trials other launchers follow "
+                f"({', '.join(owners)}), to adopt them if their launcher goes"
+            )
+        self.progress.refresh()
+        time.sleep(min(self.jobs.lease.interval, 1.0))
+        return True
+
     def _stop_all(self) -> None:
-        for flight in self.inflight:
+        for flight in list(self.inflight):
             if not flight.interrupted:
                 flight.interrupted = True
                 self.backend.stop(flight.handle)

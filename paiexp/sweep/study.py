@@ -90,6 +90,8 @@ def check_sweep_settings(
         raise UserError(f"sweep.max_failures: must be >= 1 or null, got {sweep.max_failures}")
     if sweep.timeout is not None and sweep.timeout <= 0:
         raise UserError(f"sweep.timeout: must be > 0 seconds or null, got {sweep.timeout}")
+    if sweep.heartbeat_grace <= 0:
+        raise UserError(f"sweep.heartbeat_grace: must be > 0 seconds, got {sweep.heartbeat_grace}")
     if sweep.sampler.name not in SAMPLERS:
         raise UserError(
             f"sweep.sampler.name: unknown sampler {sweep.sampler.name!r}; "

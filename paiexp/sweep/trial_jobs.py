@@ -1,8 +1,9 @@
 """Each trial's job and run: asked for, submitted (or found again), told how it ended.
 
-A trial records its job's name before the job exists and the job's id once it is submitted
-(see :mod:`paiexp.sweep.records`): a launcher that dies in between leaves enough for the next
-one to find the job again, or to submit it under the same name.
+A trial records its owner (claimed, see :mod:`paiexp.sweep.ownership`), then its job's name
+before the job exists and the job's id once it is submitted (see :mod:`paiexp.sweep.records`):
+a launcher that dies in between leaves enough for the next one to find the job again, or to
+submit it under the same name.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from paiexp.backends import JobHandle, JobRejected
 from paiexp.errors import UserError
 from paiexp.monitor import JobMonitor, JobResult
 from paiexp.spec import JobSpec
-from paiexp.sweep.records import JOB_ID, JOB_NAME, OWNER, PRUNING, REASON, REASON_LIMIT, job_name
+from paiexp.sweep.ownership import Identity, Lease, trial_id
+from paiexp.sweep.records import JOB_ID, JOB_NAME, PRUNING, REASON, REASON_LIMIT, job_name
 from paiexp.sweep.tracking_messages import TrialRecord
 from paiexp.tracking import TRIAL_STATE_TO_RUN_STATUS
 
@@ -54,14 +56,15 @@ class TrialJobs:
         budget: TrialBudget,
         tracker: Tracker,
         progress: Progress,
-        owner: str,
+        owner: Identity,
     ) -> None:
         self.study = study
         self.sweep_id = sweep_id
         self.budget = budget
         self.tracker = tracker
         self.progress = progress
-        self.owner = owner
+        self.lease = Lease(study, prepared.storage, owner, prepared.sweep.heartbeat_grace)
+        self.lease.beat()
         self.backend = prepared.backend
         self.builder = prepared.trials
         self.study_name = prepared.study_name
@@ -84,9 +87,11 @@ class TrialJobs:
         return TrialRecord(spec, self.builder.data(params))
 
     def start(self) -> InFlight | None:
-        """Ask for a new trial and launch it; None if it ended at once (failed)."""
+        """Ask for a new trial and launch it; None if it ended at once (failed), or if another
+        launcher claimed it first (only one that found it ownerless for the grace period)."""
         trial = self.study.ask(self.distributions)
-        trial.set_user_attr(OWNER, self.owner)
+        if not self.lease.claim(trial_id(trial), None):
+            return None
         trial.set_user_attr(JOB_NAME, self.job_name(trial.number))
         return self.launch(trial)
 
@@ -151,13 +156,22 @@ class TrialJobs:
         reason: str | None = None,
         rerun: bool = False,
     ) -> None:
-        """Finish the trial of a job that ended, and its run."""
+        """Finish the trial of a job that ended, and its run; unless another launcher (that
+        took the trial over while this one was silent) finished it first: its run is its own."""
+        from optuna.exceptions import UpdateFinishedTrialError
+
         trial = flight.trial
-        if reason:
-            trial.set_user_attr(REASON, reason[:REASON_LIMIT])
-        if rerun:
-            self.budget.retry(trial, consume_attempt=not flight.interrupted)
-        self.study.tell(trial, values or None, state=state, skip_if_finished=True)
+        try:
+            if reason:
+                trial.set_user_attr(REASON, reason[:REASON_LIMIT])
+            if rerun:
+                self.budget.retry(trial, consume_attempt=not flight.interrupted)
+            self.study.tell(trial, values or None, state=state)
+        except (UpdateFinishedTrialError, ValueError):
+            if not self.study.get_trials(deepcopy=False)[trial.number].state.is_finished():
+                raise  # a ValueError of its own
+            self.progress.say(f"trial {trial.number}: finished by another launcher; left to it")
+            return
         self.tracker.finish_child(
             flight.spec.name,
             result,
