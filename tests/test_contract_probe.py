@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path, PurePath
+from pathlib import Path, PurePath, PurePosixPath
 from typing import Any
 
 import yaml
-from conftest import REPO, run_paiexp
+from cli_backends import CliBackend
+from conftest import REPO, all_runs, run_paiexp
 
 HYPERPARAMETERS = {
     "epochs": 10,
@@ -66,14 +67,17 @@ def write_probe_project(project: Path) -> None:
     (project / "conf" / "job" / "probe.yaml").write_text(yaml.safe_dump(job))
 
 
-def test_probe_sees_the_pai_contract(project: Path) -> None:
+def test_probe_sees_the_same_pai_contract_on_every_backend(
+    project: Path, cli_backend: CliBackend, tmp_path: Path
+) -> None:
     write_probe_project(project)
-    result = run_paiexp(project, "job=probe", "-q")
+    result = run_paiexp(project, "job=probe", "-q", *cli_backend.overrides, env=cli_backend.env)
     assert result.returncode == 0, result.stderr
-    (job_dir,) = (project / ".paiexp" / "jobs").iterdir()
-    ml = job_dir / "ml"
-    seen = json.loads((ml / "output" / "model" / "seen.json").read_text())
-    assert_contract_seen(seen, ml)
+    (run,) = all_runs(project)
+    fetched = tmp_path / "fetched"
+    download = run_paiexp(project, "download", run.info.run_id, str(fetched), env=cli_backend.env)
+    assert download.returncode == 0, download.stderr
+    assert_contract_seen(json.loads((fetched / "seen.json").read_text()), PurePosixPath("/ml"))
 
 
 def assert_contract_seen(seen: dict[str, Any], ml: PurePath) -> None:
