@@ -1,7 +1,9 @@
 """backend=pai end to end: the real PaiStudio client and oss2 against the local PAI + OSS emulator.
 
 The emulator (tests/emulator) speaks both wire protocols over real HTTP, checks every
-request's signature, runs each job locally under the PAI contract, and logs every request.
+request's signature, runs each job under the PAI contract, and logs every request. Jobs of
+the XGBoost example run in containers of the test image, as PAI runs them; the synthetic
+jobs of the scheduling tests, as host processes (faster, and all those tests need).
 """
 
 from __future__ import annotations
@@ -36,6 +38,13 @@ pytestmark = pytest.mark.slow
 def cloud(tmp_path: Path) -> Iterator[Emulator]:
     with Emulator(tmp_path / "cloud") as emulator:
         yield emulator
+
+
+@pytest.fixture
+def container_cloud(tmp_path: Path, docker_image: str) -> Iterator[Emulator]:
+    with Emulator(tmp_path / "cloud", local_images={"default": docker_image}) as emulator:
+        yield emulator
+        assert not emulator.pai.leaked_containers()
 
 
 def pai_env(cloud: Emulator, secret: str | None = None) -> dict[str, str]:
@@ -74,7 +83,8 @@ def created_jobs(cloud: Emulator) -> Counter[str]:
 
 
 @pytest.mark.timeout(660)  # its launcher may take up to 600 s
-def test_xgb_sweep_on_pai(cloud: Emulator, tmp_path: Path) -> None:
+def test_xgb_sweep_on_pai(container_cloud: Emulator, tmp_path: Path) -> None:
+    cloud = container_cloud
     root = project_with_pai(tmp_path / "project")
     started = time.monotonic()
     result = run_paiexp(
@@ -236,8 +246,9 @@ def test_a_killed_launcher_reattaches_to_running_pai_jobs(cloud: Emulator, tmp_p
 
 
 def test_a_single_run_on_pai_is_labelled_with_its_mlflow_run(
-    cloud: Emulator, tmp_path: Path
+    container_cloud: Emulator, tmp_path: Path
 ) -> None:
+    cloud = container_cloud
     root = project_with_pai(tmp_path / "project")
     result = run_paiexp(
         root, *pai_overrides(cloud), "job.hyperparameters.n_estimators=20", env=pai_env(cloud)
