@@ -239,6 +239,41 @@ class PaiBackendConfig:
 
 
 @dataclass
+class OpenPaiStorageConfig:
+    """An OpenPAI storage config: jobs mount it at ``/mnt/<name>``; this machine at
+    ``local_path``, where code and local inputs are staged and outputs read back."""
+
+    name: str | None = None  # a storage config of the cluster (GET /api/v2/storages)
+    local_path: str | None = None  # where the same storage is mounted here
+    prefix: str = "paiexp"  # paiexp's files under it: <prefix>/jobs/<job>, <prefix>/inputs
+
+
+@dataclass
+class OpenPaiBackendConfig:
+    """OpenPAI jobs through REST API v2 (token: OPENPAI_TOKEN or a cluster alias; never here)."""
+
+    name: str = "openpai"
+    # An alias of ~/.openpai/clusters.yaml (openpaisdk's): its pai_uri, user and token.
+    cluster_alias: str | None = None
+    rest_server_uri: str | None = None  # e.g. https://pai.example.com/rest-server
+    web_portal_uri: str | None = None  # null: rest_server_uri without /rest-server
+    user: str | None = None
+    virtual_cluster: str = "default"
+    image: str | None = None  # overrides job.image
+    storage: OpenPaiStorageConfig = field(default_factory=OpenPaiStorageConfig)
+    job_retry_count: int = 0
+    # Override job.instance_type's resources: cpus, memory (512m, 4g), gpus.
+    cpus: int | None = None
+    memory: str | None = None
+    gpus: int | None = None
+    install_requirements: InstallMode = InstallMode.auto
+    retry: PaiRetryConfig = field(default_factory=PaiRetryConfig)
+    poll_interval: float = 10.0  # one job listing per tick covers every job
+    log_interval: float = 30.0  # how often a running job's new log lines are fetched
+    request_timeout: float = 30.0
+
+
+@dataclass
 class Config:
     job: JobConfig = MISSING
     backend: Any = MISSING
@@ -261,6 +296,7 @@ BACKENDS: dict[str, BackendKind] = {
     "local": BackendKind(LocalBackendConfig, "paiexp.backends.local", "LocalBackend"),
     "pai": BackendKind(PaiBackendConfig, "paiexp.backends.pai", "PaiBackend"),
     "docker": BackendKind(DockerBackendConfig, "paiexp.backends.docker", "DockerBackend"),
+    "openpai": BackendKind(OpenPaiBackendConfig, "paiexp.backends.openpai", "OpenPaiBackend"),
 }
 
 

@@ -1,7 +1,8 @@
 """The PAI training-job contract: the files and ``PAI_*`` variables a training script sees.
 
-One place for every backend.  On PAI (and in Docker) the tree is rooted at ``/ml``; a local
-process run roots the same tree in a per-job directory and points every variable there.
+One place for every backend.  The tree is rooted at ``/ml`` on every backend: on PAI and in
+a container for real, for a local process in a private mount namespace whose ``/ml`` is its
+job directory (:mod:`paiexp.mlroot`; where a machine allows none, the job directory itself).
 """
 
 from __future__ import annotations

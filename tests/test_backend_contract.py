@@ -264,12 +264,79 @@ def pai_platform(request: pytest.FixtureRequest, tmp_path: Path) -> Platform:
     )
 
 
+def openpai_platform(request: pytest.FixtureRequest, tmp_path: Path) -> Platform:
+    from emulator.common import FaultPlan
+    from openpai_server import OpenPaiServer
+
+    from paiexp.backends.openpai import OpenPaiBackend
+
+    image = request.getfixturevalue("docker_image")
+    monkeypatch = request.getfixturevalue("monkeypatch")
+    server = OpenPaiServer(tmp_path / "openpai").start()  # its own cluster: exact counts
+    request.addfinalizer(server.stop)
+    monkeypatch.setenv("OPENPAI_TOKEN", server.token)
+    storage = server.storage_dir("confignfs")
+    config = openpai_config(server, poll_interval=0.1, log_interval=0.1, cpus=1)
+
+    @contextlib.contextmanager
+    def failing() -> Iterator[Backend]:
+        faults = server.faults
+        server.faults = FaultPlan(rate=1.0, kinds=("error", "drop"))
+        try:
+            yield OpenPaiBackend(config, tmp_path)
+        finally:
+            server.faults = faults
+
+    return Platform(
+        name="openpai",
+        backend=OpenPaiBackend(config, tmp_path),
+        again=lambda: OpenPaiBackend(config, tmp_path),
+        read=lambda uri: file_uri_path(uri).read_bytes(),
+        destination=lambda name: str(storage / "destinations" / uuid.uuid4().hex[:8] / name),
+        failing=failing,
+        bad_specs={
+            "no-image": ({"image": None}, r"job\.image: backend=openpai needs the docker image"),
+            "unknown-instance-type": (
+                {"instance_type": "ecs.nope.large"},
+                r"job\.instance_type: unknown instance type 'ecs\.nope\.large' for backend=openpai",
+            ),
+            "oss-input": ({"inputs": {"train": "oss://bucket/a.csv"}}, r"job\.inputs\.train"),
+            "output-off-storage": (
+                {"outputs": {"model": str(tmp_path / "model")}},
+                r"job\.outputs\.model: backend=openpai writes outputs to its storage",
+            ),
+        },
+        timeout_reason=r"^exceeded max_run_time of 1 s$",
+        spec_defaults={"image": image, "instance_type": "ecs.c6.large"},
+        created=lambda name: server.submissions[name],
+        status_calls=lambda: len(server.records("ListJobs")) + len(server.records("GetJob")),
+    )
+
+
+def openpai_config(server: Any, **settings: Any) -> Any:
+    """A backend=openpai config for a fake cluster (its token: OPENPAI_TOKEN)."""
+    from paiexp.config import OpenPaiBackendConfig, OpenPaiStorageConfig, PaiRetryConfig
+
+    storage = OpenPaiStorageConfig(
+        name="confignfs", local_path=str(server.storage_dir("confignfs"))
+    )
+    return OpenPaiBackendConfig(
+        rest_server_uri=server.rest_server_uri,
+        user=server.user,
+        storage=storage,
+        retry=PaiRetryConfig(attempts=3, base_delay=0.02, max_delay=0.1),
+        request_timeout=10,
+        **settings,
+    )
+
+
 PLATFORMS: dict[str, Callable[[pytest.FixtureRequest, Path], Platform]] = {
     "local": local_platform,
     "docker": docker_platform,
     "pai": pai_platform,
+    "openpai": openpai_platform,
 }
-MARKS = {"docker": [pytest.mark.docker], "pai": [pytest.mark.slow]}
+MARKS = {"docker": [pytest.mark.docker], "pai": [pytest.mark.slow], "openpai": [pytest.mark.docker]}
 
 # Scenarios a backend is known to fail (a bug to fix in the backend, not here): strict, so
 # the mark must go once the backend is fixed.

@@ -1,7 +1,8 @@
-"""The entry script of a docker job's container: requirements, a max_run_time watchdog, the command.
+"""The entry script of a job's container: requirements, a max_run_time watchdog, the command.
 
-The script runs under ``/bin/sh`` in the container, appends everything to ``/paiexp/job.log``
-and, when it gives up, writes why to ``/paiexp/failure`` for the backend to report.
+The script runs under ``/bin/sh`` in the container (a docker job's, or an OpenPAI task role's,
+whose commands end with it), appends everything to ``/paiexp/job.log`` (docker) and, when it
+gives up, writes why to ``/paiexp/failure`` for the backend to report.
 """
 
 from __future__ import annotations
@@ -19,12 +20,19 @@ SATISFIED = Path(paiexp.requirements.__file__).read_text()
 FAILED_INSTALL = shlex.quote("installing the job's requirements failed (see log)")
 
 
-def entry_script(spec: JobSpec, working_dir: Path, install_mode: str, grace_period: float) -> str:
-    """The container's entry point for ``spec``, whose code is laid out in ``working_dir``."""
+def entry_script(
+    spec: JobSpec,
+    working_dir: Path,
+    install_mode: str,
+    grace_period: float,
+    log_file: str | None = "/paiexp/job.log",
+) -> str:
+    """The container's entry point for ``spec``, whose code is laid out in ``working_dir``;
+    its output goes to ``log_file`` (None: left on the container's stdout and stderr)."""
     lines = [
         "#!/bin/sh",
         f"# The entry point of paiexp job {spec.name} (generated).",
-        "exec >>/paiexp/job.log 2>&1",
+        *([f"exec >>{log_file} 2>&1"] if log_file else []),
         "cd /ml/usercode || exit 1",
     ]
     lines += install_lines(spec, working_dir, install_mode)

@@ -87,6 +87,7 @@ def resolve(
     cpus: float | None = None,
     memory: str | None = None,
     gpus: int | None = None,
+    backend: str = "docker",
 ) -> Resources:
     """The limits of ``instance_type``, each replaced by an explicit ``backend.*`` override.
 
@@ -101,7 +102,7 @@ def resolve(
     known = CATALOG.get(instance_type) if instance_type else None
     if instance_type and known is None and (cpus is None or memory is None):
         raise UserError(
-            f"job.instance_type: unknown instance type {instance_type!r} for backend=docker; "
+            f"job.instance_type: unknown instance type {instance_type!r} for backend={backend}; "
             f"known: {', '.join(CATALOG)}; or set backend.cpus and backend.memory"
         )
     overrides = [
