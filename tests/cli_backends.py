@@ -1,5 +1,5 @@
 """The command line's options for running one job on each backend: local, docker, pai (the
-session's emulator), so a scenario can run unchanged on all three."""
+session's emulator), openpai (a fake cluster), so a scenario can run unchanged on all four."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ BACKENDS = [
     pytest.param("local"),
     pytest.param("docker", marks=pytest.mark.docker),
     pytest.param("pai", marks=pytest.mark.slow),
+    pytest.param("openpai", marks=pytest.mark.docker),
 ]
 
 
@@ -34,4 +35,10 @@ def cli_backend(request: pytest.FixtureRequest) -> CliBackend:
 
         cloud = request.getfixturevalue("pai_cloud")
         return CliBackend("pai", pai_overrides(cloud), pai_env(cloud))
+    if request.param == "openpai":  # a fake OpenPAI cluster of the test's own
+        from test_openpai_backend import cluster_for, openpai_env, openpai_overrides
+
+        server = cluster_for(request)
+        image = request.getfixturevalue("docker_image")
+        return CliBackend("openpai", openpai_overrides(server, image), openpai_env(server))
     return CliBackend("local")
