@@ -196,3 +196,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "docker_image" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.docker)
+
+
+# Real servers (PostgreSQL, an MLflow server backed by it): session fixtures of tests/servers.py.
+from servers import mlflow_server, postgres  # noqa: E402, F401

@@ -126,8 +126,9 @@ class JournalClaims:
 
 
 class RdbClaims:
-    """Claims in an RDB storage: one conditional statement on Optuna's attribute table (an
-    UPDATE matching the expected owner, or an INSERT the unique key refuses to a second)."""
+    """Claims in an RDB storage: in one transaction that locks the trial's row (as Optuna's
+    own state changes do), the owner inserted where there is none (the attribute's unique
+    key refuses a second) or updated where it is the one expected."""
 
     def __init__(self, url: str) -> None:
         import sqlalchemy as sa
@@ -135,9 +136,7 @@ class RdbClaims:
         self.engine = sa.create_engine(url, pool_pre_ping=True)
         self.attrs = sa.table(
             "trial_user_attributes",
-            sa.column("trial_id"),
-            sa.column("key"),
-            sa.column("value_json"),
+            *(sa.column(name) for name in ("trial_id", "key", "value_json")),
         )
         self.trials = sa.table("trials", sa.column("trial_id"), sa.column("state"))
 
@@ -145,32 +144,28 @@ class RdbClaims:
         import sqlalchemy as sa
 
         attrs, trials = self.attrs, self.trials
-        running = (
-            sa.exists()
-            .where(trials.c.trial_id == trial_id)
-            .where(trials.c.state == sa.literal_column("'RUNNING'"))
-        )
         value = json.dumps(new)  # as Optuna stores a value
-        if expected is None:
-            statement: Any = attrs.insert().from_select(
-                ["trial_id", "key", "value_json"],
-                sa.select(sa.literal(trial_id), sa.literal(OWNER), sa.literal(value)).where(
-                    running
-                ),
-            )
-        else:
-            statement = (
-                attrs.update()
-                .where(attrs.c.trial_id == trial_id)
-                .where(attrs.c.key == OWNER)
-                .where(attrs.c.value_json == json.dumps(expected))
-                .where(running)
-                .values(value_json=value)
-            )
         try:
             with self.engine.begin() as connection:
-                return connection.execute(statement).rowcount == 1
-        except sa.exc.IntegrityError:  # another launcher inserted the owner first
+                state = connection.execute(
+                    sa.select(trials.c.state).where(trials.c.trial_id == trial_id).with_for_update()
+                ).scalar()
+                if str(state).rpartition(".")[2] != "RUNNING":
+                    return False
+                if expected is None:
+                    connection.execute(
+                        attrs.insert().values(trial_id=trial_id, key=OWNER, value_json=value)
+                    )
+                    return True
+                updated = connection.execute(
+                    attrs.update()
+                    .where(attrs.c.trial_id == trial_id)
+                    .where(attrs.c.key == OWNER)
+                    .where(attrs.c.value_json == json.dumps(expected))
+                    .values(value_json=value)
+                )
+                return bool(updated.rowcount == 1)
+        except sa.exc.IntegrityError:  # another launcher inserted an owner first
             return False
 
 

@@ -7,6 +7,7 @@ sweep rebuilds them from the same config.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,14 +125,29 @@ def storage_location(storage: str, base_dir: Path) -> str:
 
 
 def create_storage(location: str) -> Any:
-    import optuna
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
     if "://" in location:
-        return optuna.storages.RDBStorage(location)
+        return rdb_storage(location)
     Path(location).parent.mkdir(parents=True, exist_ok=True)
     return JournalStorage(JournalFileBackend(location))
+
+
+def rdb_storage(url: str, attempts: int = 5) -> Any:
+    """An RDB storage.  Launchers started together on a new database race to create Optuna's
+    schema: the losers' statements fail, and their next try finds the schema made."""
+    import optuna
+    import sqlalchemy
+
+    races = (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError)
+    for attempt in range(1, attempts + 1):
+        try:
+            return optuna.storages.RDBStorage(url)
+        except (*races, optuna.exceptions.StorageInternalError):
+            if attempt == attempts:
+                raise
+            time.sleep(0.2 * attempt)
 
 
 def create_sampler(config: Any) -> Any:
