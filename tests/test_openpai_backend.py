@@ -8,14 +8,27 @@ keeps what is openpai's own: sweeps, a killed launcher, faults, bad input.
 from __future__ import annotations
 
 import shutil
+import signal
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO, clean_env, run_paiexp
+import yaml
+from conftest import (
+    REPO,
+    all_runs,
+    assert_nothing_started,
+    assert_one_line_error,
+    clean_env,
+    run_paiexp,
+    wait_until,
+)
+from emulator.common import FaultPlan
 from openpai_server import OpenPaiServer
-from sweep_helpers import load_study, sweep_runs
+from sweep_helpers import load_study, sweep_runs, synthetic_project
 
 STORAGE = "confignfs"
 
@@ -103,3 +116,187 @@ def test_xgb_sweep_on_openpai(cluster: OpenPaiServer, docker_image: str, tmp_pat
     assert len(list((storage / "paiexp" / "inputs").iterdir())) == 2
     assert cluster.containers() == []
     assert_token_nowhere(cluster, root, storage, output=result.stdout + result.stderr)
+
+
+def test_a_twice_killed_launcher_reattaches_and_submits_nothing_twice(
+    cluster: OpenPaiServer, docker_image: str, tmp_path: Path
+) -> None:
+    root = synthetic_project(
+        tmp_path,
+        {
+            "params": {"x": "interval(-1, 1)", "duration": 2.0, "steps": 4},
+            "n_trials": 6,
+            "parallelism": 2,
+        },
+    )
+    overrides = openpai_overrides(cluster, docker_image)
+    command = [sys.executable, "-m", "paiexp", "+sweep=syn", *overrides]
+    reattached: set[str] = set()
+    for _ in range(2):
+        launcher = subprocess.Popen(
+            command,
+            cwd=root,
+            env=openpai_env(cluster),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+        def working() -> set[str]:
+            """Jobs running that have begun their work (a line in their log)."""
+            return {
+                j["name"]
+                for j in cluster.jobs()
+                if j["state"] == "RUNNING" and b"loss=" in cluster.log(j["name"])
+            }
+
+        # kill it while a job it submitted (or adopted) is at work
+        seen = frozenset(reattached)
+        wait_until(lambda seen=seen: working() - seen, 120, "a new job at work", interval=0.1)
+        running = working()
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait()
+        reattached |= running
+    final = run_paiexp(root, "+sweep=syn", *overrides, env=openpai_env(cluster))
+    assert final.returncode == 0, final.stderr[-3000:]
+
+    study = load_study(root)
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 6
+    names = {t.user_attrs["paiexp:job_name"] for t in study.trials}
+    assert cluster.submissions == Counter(dict.fromkeys(names, 1))  # none submitted twice
+    assert reattached <= names
+    assert {j["state"] for j in cluster.jobs()} == {"SUCCEEDED"}
+    parents, children = sweep_runs(root)
+    assert len(children) == 6 and {c.info.status for c in children} == {"FINISHED"}
+    assert parents[0].info.status == "FINISHED"
+    assert cluster.containers() == []
+
+
+def test_a_sweep_rides_out_injected_faults(docker_image: str, tmp_path: Path) -> None:
+    root = synthetic_project(
+        tmp_path,
+        {"params": {"x": "interval(-1, 1)", "duration": 0.5}, "n_trials": 6, "parallelism": 2},
+    )
+    # a cluster serving the API at its root (no /rest-server prefix), one request in five failing
+    with OpenPaiServer(tmp_path / "openpai", prefix="") as server:
+        server.faults = FaultPlan(rate=0.2, kinds=("error", "drop"), seed=1)
+        overrides = [
+            *openpai_overrides(server, docker_image),
+            f"backend.rest_server_uri={server.uri}",
+        ]
+        result = run_paiexp(root, "+sweep=syn", *overrides, env=openpai_env(server))
+        server.faults = FaultPlan()
+        assert result.returncode == 0, result.stderr[-3000:]
+        faults = Counter(r.fault for r in server.records() if r.fault)
+        requests = len(server.records())
+        assert sum(faults.values()) >= 0.1 * requests and set(faults) == {"error", "drop"}, (
+            faults,
+            requests,
+        )
+        study = load_study(root)
+        assert [t.state.name for t in study.trials] == ["COMPLETE"] * 6
+        names = {t.user_attrs["paiexp:job_name"] for t in study.trials}
+        assert server.submissions == Counter(dict.fromkeys(names, 1))  # no job created twice
+        parents, children = sweep_runs(root)
+        assert len(parents) == 1 and len(children) == 6
+        assert {c.info.status for c in children} == {"FINISHED"}
+        assert server.containers() == []
+
+
+def test_a_job_the_cluster_cannot_start_fails_with_its_exit_diagnostics(
+    cluster: OpenPaiServer, docker_image: str, tmp_path: Path
+) -> None:
+    root = project(tmp_path / "project")
+    overrides = [*openpai_overrides(cluster, docker_image), "backend.image=paiexp-test/no-such:1"]
+    result = run_paiexp(root, "-q", *overrides, env=openpai_env(cluster))
+    assert result.returncode == 1, result.stderr[-3000:]
+    (run,) = all_runs(root)
+    assert run.info.status == "FAILED"
+    assert run.data.tags["paiexp.failure_reason"] == (
+        "OpenPAI FAILED (exit code 254, ContainerImageNotExists): Pull access denied for "
+        "paiexp-test/no-such:1, repository does not exist"
+    )
+    assert cluster.containers() == []
+
+
+def test_a_cluster_alias_of_openpaisdk_gives_the_uri_user_and_token(
+    cluster: OpenPaiServer, docker_image: str, tmp_path: Path
+) -> None:
+    root = synthetic_project(tmp_path, {"params": {}})  # its job, run once
+    home = tmp_path / "home"
+    (home / ".openpai").mkdir(parents=True)
+    alias = {"cluster_alias": "fake", "pai_uri": cluster.uri, "user": cluster.user}
+    (home / ".openpai" / "clusters.yaml").write_text(
+        yaml.safe_dump(
+            [{"cluster_alias": "other", "pai_uri": "http://x"}, {**alias, "token": cluster.token}]
+        )
+    )
+    overrides = [
+        o
+        for o in openpai_overrides(cluster, docker_image)
+        if not o.startswith(("backend.rest_server_uri=", "backend.user="))
+    ]
+    env = {**clean_env(HOME=str(home)), "OPENPAI_TOKEN": ""}
+    result = run_paiexp(root, "-q", *overrides, "backend.cluster_alias=fake", env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(cluster.submissions) == 1
+    (run,) = all_runs(root)
+    assert run.data.tags["paiexp.console_url"].startswith(f"{cluster.uri}/job-detail.html?")
+
+    unknown = run_paiexp(root, "-q", *overrides, "backend.cluster_alias=nope", env=env)
+    line = assert_one_line_error(unknown)
+    assert "backend.cluster_alias" in line and "'nope'" in line and "fake, other" in line
+
+
+# -- bad input: one line, exit code 2, nothing started, no job submitted -----------------------
+
+BAD_INPUT = {
+    "bad-token": ((), "wrong-token-0123456789", ("OPENPAI_TOKEN", "401", "UnauthorizedUserError")),
+    "no-token": ((), "", ("OPENPAI_TOKEN", "backend.cluster_alias")),
+    "unknown-virtual-cluster": (
+        ("backend.virtual_cluster=nope",),
+        None,
+        ("backend.virtual_cluster", "'nope'", "default, gpu"),
+    ),
+    "missing-storage-config": (
+        ("backend.storage.name=null",),
+        None,
+        ("backend.storage.name", "required"),
+    ),
+    "unknown-storage-config": (
+        ("backend.storage.name=nope",),
+        None,
+        ("backend.storage.name", "'nope'", "confignfs"),
+    ),
+    "missing-local-storage": (
+        ("backend.storage.local_path=/no/such/mount",),
+        None,
+        ("backend.storage.local_path", "/no/such/mount"),
+    ),
+    "unknown-instance-type": (
+        ("job.instance_type=ecs.nope.large",),
+        None,
+        ("job.instance_type", "ecs.nope.large", "backend=openpai", "ecs.c6.large"),
+    ),
+    "image-missing": (("backend.image=null",), None, ("job.image", "backend=openpai")),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUT), ids=list(BAD_INPUT))
+def test_bad_input_is_one_line_and_submits_nothing(
+    cluster: OpenPaiServer, docker_image: str, tmp_path: Path, case: str
+) -> None:
+    extra, token, mentions = BAD_INPUT[case]
+    root = project(tmp_path / "project")
+    overrides = [*openpai_overrides(cluster, docker_image), *extra]
+    env = openpai_env(cluster)
+    if token is not None:
+        env["OPENPAI_TOKEN"] = token
+    result = run_paiexp(root, "+sweep=xgb", *overrides, env=env)
+    line = assert_one_line_error(result)
+    for text in mentions:
+        assert text in line, f"{text!r} not in {line!r}"
+    assert_nothing_started(root)
+    assert not cluster.submissions and not cluster.records("SubmitJob")
+    assert_token_nowhere(cluster, root, output=result.stderr)
+    if token:
+        assert token not in result.stderr

@@ -318,14 +318,14 @@ def _check_config(config: Any) -> None:
         raise UserError(f"backend.retry.attempts: must be >= 1, got {config.retry.attempts}")
     if config.job_retry_count < 0:
         raise UserError(f"backend.job_retry_count: must be >= 0, got {config.job_retry_count}")
+
+
+def _storage(config: Any, base_dir: Path) -> Storage:
     if not config.storage.name:
         raise UserError(
             "backend.storage.name: required for backend=openpai (OpenPAI manages no storage: "
             "a storage config of the cluster, mounted in jobs at /mnt/<name>)"
         )
-
-
-def _storage(config: Any, base_dir: Path) -> Storage:
     if not config.storage.local_path:
         raise UserError(
             f"backend.storage.local_path: required for backend=openpai (where this machine "

@@ -139,6 +139,13 @@ class OpenPaiServer:
         with self.cluster.lock:
             return self.cluster.jobs[f"{self.user}~{name}"].detail()
 
+    def log(self, name: str) -> bytes:
+        """The output so far of a job's task 0 in its latest attempt (b"" before it started)."""
+        with self.cluster.lock:
+            job = self.cluster.jobs.get(f"{self.user}~{name}")
+            task = job.attempts[-1][0] if job and job.attempts else None
+        return self.cluster.log(task, "all") if task else b""
+
     def containers(self) -> list[dict[str, Any]]:
         """This cluster's containers that exist now."""
         from .cluster import LABEL
