@@ -127,6 +127,9 @@ CASES = {
         "backend.spot.strategy=Cheap",
         mentions=("backend.spot.strategy", "Cheap", "SpotAsPriceGo"),
     ),
+    "openpai-without-rest-server": case(
+        "backend=openpai", mentions=("backend.rest_server_uri", "required", "backend=openpai")
+    ),
     "instance-count-zero": case("job.instance_count=0", mentions=("job.instance_count", ">= 1")),
     "max-run-time-zero": case("job.max_run_time=0", mentions=("job.max_run_time",)),
     "unresolvable-interpolation": case(
@@ -174,7 +177,8 @@ def test_cfg_job_prints_composed_job(tmp_path: Path) -> None:
 def test_cfg_and_bad_input_do_not_import_heavy_modules(tmp_path: Path) -> None:
     cwd = make_project(tmp_path)
     done = run_without_heavy_imports(
-        cwd, [(["--cfg", "job"], 0), (["job.foo=1"], 2), (["backend=pai"], 2)]
+        cwd,
+        [(["--cfg", "job"], 0), (["job.foo=1"], 2), (["backend=pai"], 2), (["backend=openpai"], 2)],
     )
     assert done.returncode == 0, done.stderr
     assert "xgb-breast-cancer" in done.stdout
