@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -20,8 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from paiexp.backends.base import JobState
 from paiexp.cache import cache_root
+from paiexp.errors import UserError
 from paiexp.metrics import MetricPoint
 from paiexp.record import RunRecord
+from paiexp.redact import redact_url
 
 if TYPE_CHECKING:
     from paiexp.monitor import JobResult
@@ -34,6 +37,7 @@ CONFIG_ARTIFACT = "config/resolved.yaml"
 SPEC_ARTIFACT = "job/spec.json"
 HYPERPARAMETERS_ARTIFACT = "job/hyperparameters.json"
 MAX_TAG_CHARS = 5000
+SERVER_CHECK_SECONDS = 5.0  # how long a tracking server has to answer the start-up check
 PARAM_MAX_CHARS = 6000
 
 # The MLflow run status that each ending of a job, or of an Optuna trial (by its TrialState
@@ -55,15 +59,47 @@ class TrackedRun:
     tags: dict[str, str]
 
 
+def tracking_uri(uri: str | None) -> str:
+    """The tracking URI MLflow uses for ``tracker.uri``, known without importing MLflow:
+    ``uri``, else ``$MLFLOW_TRACKING_URI``, else sqlite:///mlflow.db in the working directory."""
+    return (
+        uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{os.path.abspath('mlflow.db')}"
+    )
+
+
+def check_tracking_server(uri: str) -> None:
+    """A tracking server (http, https) answers one cheap request within a few seconds, else
+    a UserError naming ``tracker.uri``: MLflow's own client retries for minutes before it
+    fails, so this runs before any job or run exists."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    import requests
+
+    insecure = os.environ.get("MLFLOW_TRACKING_INSECURE_TLS", "").lower() == "true"
+    verify: bool | str = not insecure and os.environ.get("MLFLOW_TRACKING_SERVER_CERT_PATH", True)
+    try:
+        requests.get(f"{uri.rstrip('/')}/health", timeout=SERVER_CHECK_SECONDS, verify=verify)
+    except requests.RequestException as exc:
+        raise UserError(
+            f"tracker.uri: no MLflow tracking server answers at {redact_url(uri)} "
+            f"({_unreachable(exc)}); start one, or set tracker.uri to one that runs"
+        ) from None
+
+
+def _unreachable(exc: Exception) -> str:
+    """Why a request got no answer, in a few words."""
+    import requests
+
+    if isinstance(exc, requests.Timeout):
+        return f"no answer within {SERVER_CHECK_SECONDS:g} s"
+    errno = re.search(r"\[Errno -?\d+\] ([^'\")]+)", str(exc))
+    return errno.group(1).strip() if errno else type(exc).__name__
+
+
 class MlflowTracker:
     def __init__(self, uri: str | None, experiment: str) -> None:
-        # MLflow's own default, known without importing it: $MLFLOW_TRACKING_URI, else
-        # sqlite:///mlflow.db in the working directory.
-        self.uri = (
-            uri
-            or os.environ.get("MLFLOW_TRACKING_URI")
-            or f"sqlite:///{os.path.abspath('mlflow.db')}"
-        )
+        self.uri = tracking_uri(uri)
+        check_tracking_server(self.uri)
         new_database = _new_sqlite_path(self.uri)
         if new_database is not None and _copy_template(new_database):
             new_database = None  # a copy of the cached empty schema: milliseconds

@@ -49,6 +49,7 @@ from paiexp.sweep.tracking_messages import TrackingSetup
 from paiexp.sweep.tracking_worker import PARENT_RUN_ATTR
 from paiexp.sweep.trial_jobs import TrialJobs
 from paiexp.sweep.trials import TrialBuilder
+from paiexp.tracking import check_tracking_server, tracking_uri
 
 if TYPE_CHECKING:
     from optuna import Study
@@ -93,6 +94,7 @@ def prepare_sweep(
                 f"sweep.enqueue[{index}]: {sorted(unknown)[0]!r} is not a searched "
                 f"parameter; searched: {', '.join(sorted(sampled))}"
             )
+    check_tracking_server(tracking_uri(config.tracker.uri))  # last: it asks the network
     return PreparedSweep(
         config=config,
         sweep=sweep,
