@@ -247,6 +247,47 @@ def test_a_cluster_alias_of_openpaisdk_gives_the_uri_user_and_token(
     assert "backend.cluster_alias" in line and "'nope'" in line and "fake, other" in line
 
 
+def test_secret_environments_travel_as_the_protocols_secrets(
+    cluster: OpenPaiServer, docker_image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from test_backend_contract import openpai_config
+
+    from paiexp.backends import JobState
+    from paiexp.backends.openpai import OpenPaiBackend
+    from paiexp.spec import JobSpec
+
+    monkeypatch.setenv("OPENPAI_TOKEN", cluster.token)
+    backend = OpenPaiBackend(openpai_config(cluster, poll_interval=0.1, cpus=1), tmp_path)
+    secret, plain = "s3cr3t 'quoted' $value", "a plain value"
+    command = (
+        'printf %s "$MY_TOKEN" > "$PAI_OUTPUT_MODEL/secret"; '
+        'printf %s "$PLAIN" > "$PAI_OUTPUT_MODEL/plain"'
+    )
+    spec = JobSpec(
+        name="secrets",
+        command=command,
+        image=docker_image,
+        instance_type="ecs.c6.large",
+        environments={"MY_TOKEN": secret, "PLAIN": plain},
+    )
+    backend.validate(spec)
+    handle = backend.submit(spec)
+    status = wait_until(
+        lambda: (s := backend.poll([handle])[handle.id]).state.terminal and s, 60, "the job to end"
+    )
+    assert status.state is JobState.SUCCEEDED, (status, backend.read_logs(handle, 0, final=True))
+    model = Path(backend.outputs(handle)["model"].removeprefix("file://"))
+    assert (model / "secret").read_text() == secret
+    assert (model / "plain").read_text() == plain
+    protocol = cluster.protocol("secrets")
+    assert set(protocol["secrets"]) == {"MY_TOKEN"}
+    assert secret not in yaml.safe_dump({k: v for k, v in protocol.items() if k != "secrets"})
+    staged = cluster.storage_dir(STORAGE) / "paiexp" / "jobs" / "secrets"
+    for path in staged.rglob("*"):  # spec.json holds a reference, not the value
+        if path.is_file() and path.parent != model:
+            assert secret.encode() not in path.read_bytes(), path
+
+
 # -- bad input: one line, exit code 2, nothing started, no job submitted -----------------------
 
 BAD_INPUT = {

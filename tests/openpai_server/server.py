@@ -139,6 +139,11 @@ class OpenPaiServer:
         with self.cluster.lock:
             return self.cluster.jobs[f"{self.user}~{name}"].detail()
 
+    def protocol(self, name: str) -> dict[str, Any]:
+        """The job protocol the cluster received for a job."""
+        with self.cluster.lock:
+            return dict(self.cluster.jobs[f"{self.user}~{name}"].protocol)
+
     def log(self, name: str) -> bytes:
         """The output so far of a job's task 0 in its latest attempt (b"" before it started)."""
         with self.cluster.lock:
