@@ -1,6 +1,7 @@
 """The command line.
 
     paiexp [OVERRIDES...]              compose conf/ with Hydra overrides and run the job
+    paiexp +pipeline=NAME [--rerun STEP]   run pipelines/NAME.yaml's steps (resumable)
     paiexp --cfg job [-p PKG] [--resolve]   print the composed config, run nothing
     paiexp rerun RUN_ID [KEY=VALUE...] run a tracked run's job again from its stored config
     paiexp attach JOB_NAME             follow a job whose launcher died, and close its run
@@ -66,6 +67,13 @@ def run_command(argv: Sequence[str]) -> int:
     )
     parser.add_argument("--package", "-p", help="with --cfg: print only this config node")
     parser.add_argument("--resolve", action="store_true", help="with --cfg: resolve ${...}")
+    parser.add_argument(
+        "--rerun",
+        action="append",
+        default=[],
+        metavar="STEP",
+        help="with +pipeline=NAME: run STEP (and the steps after it) again",
+    )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. job.name=x")
     args = parser.parse_intermixed_args(argv)
 
@@ -75,6 +83,12 @@ def run_command(argv: Sequence[str]) -> int:
     cfg = compose(project, args.overrides)
     if args.cfg:
         return print_config(cfg, args.package, args.resolve)
+    if cfg.pipeline is not None:
+        from paiexp.pipeline.launch import run_pipeline
+
+        return run_pipeline(project, args.overrides, cfg, args.rerun, args.quiet)
+    if args.rerun:
+        raise UserError("--rerun: only a pipeline's steps run again; add +pipeline=NAME")
     config = to_object(cfg)
     if config.sweep is not None:
         from paiexp.sweep.launcher import prepare_sweep

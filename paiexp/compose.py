@@ -21,6 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from paiexp.config import BACKENDS, Config, register_configs
 from paiexp.errors import UserError
+from paiexp.pipeline.registry import register_selected_pipeline
 from paiexp.sweep.registry import register_selected_sweep
 
 CONFIG_NAME = "config"
@@ -38,6 +39,10 @@ class Project:
     @property
     def sweeps_dir(self) -> Path:
         return self.base_dir / "sweeps"
+
+    @property
+    def pipelines_dir(self) -> Path:
+        return self.base_dir / "pipelines"
 
 
 def locate_project(config_dir: str | None = None, config_name: str = CONFIG_NAME) -> Project:
@@ -64,6 +69,7 @@ def compose(project: Project, overrides: Sequence[str]) -> DictConfig:
             )
     register_configs()
     register_selected_sweep(overrides, project.sweeps_dir)
+    register_selected_pipeline(overrides, project.pipelines_dir)
     try:
         with initialize_config_dir(str(project.config_dir), version_base="1.3"):
             cfg = hydra_compose(project.config_name, overrides=list(overrides))

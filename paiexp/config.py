@@ -274,11 +274,33 @@ class OpenPaiBackendConfig:
 
 
 @dataclass
+class StepConfig:
+    """A pipeline's step: the project's job (or ``job: NAME``, conf/job/NAME.yaml) or a sweep
+    (``sweep: NAME``), with ``overrides`` merged on top; see ``pipelines/*.yaml``."""
+
+    job: str | None = None
+    sweep: str | None = None
+    depends: list[str] = field(default_factory=list)
+    when: str | None = None  # a condition over earlier steps' results (paiexp.pipeline.condition)
+    # config keys -> values; may refer to earlier steps' results: ${steps.NAME.outputs.model}
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PipelineConfig:
+    """Steps run in dependency order, each on its condition: see ``pipelines/*.yaml``."""
+
+    name: str = MISSING
+    steps: dict[str, StepConfig] = field(default_factory=dict)
+
+
+@dataclass
 class Config:
     job: JobConfig = MISSING
     backend: Any = MISSING
     tracker: TrackerConfig = MISSING
     sweep: SweepConfig | None = None
+    pipeline: PipelineConfig | None = None
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""``paiexp init``: a starter project (conf/, sweeps/, examples/) in a new directory.
+"""``paiexp init``: a starter project (conf/, sweeps/, pipelines/, examples/) in a new directory.
 
 The starter is the project this repository runs (shipped inside the package), so what
 ``paiexp init`` writes is exactly what the README's main command runs.
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from paiexp.errors import UserError
 
-PARTS = ("conf", "sweeps", "examples")
+PARTS = ("conf", "sweeps", "pipelines", "examples")
 GITIGNORE = """\
 # paiexp run artifacts
 mlflow.db

@@ -142,11 +142,21 @@ def _inputs(inputs: Mapping[str, str], base_dir: Path) -> dict[str, str]:
                 _fail(key, uri, "oss://BUCKET/path with a valid bucket name")
             resolved[channel] = uri
             continue
-        path = (base_dir / uri).resolve()
+        path = (base_dir / _local_path(uri)).resolve()
         if not path.exists():
             raise UserError(f"{key}: input path {uri!r} does not exist (looked at {path})")
         resolved[channel] = str(path)
     return resolved
+
+
+def _local_path(uri: str) -> str:
+    """A local input's path: a ``file://`` URI (how local backends name a job's outputs, which
+    a pipeline's later step may take as an input) becomes its path."""
+    if not uri.startswith("file://"):
+        return uri
+    from urllib.parse import unquote, urlsplit
+
+    return unquote(urlsplit(uri).path)
 
 
 def _outputs(outputs: Mapping[str, str | None], base_dir: Path) -> dict[str, str | None]:

@@ -281,6 +281,10 @@ class MlflowTracker:
         )
         self.terminate(run_id, "FAILED")
 
+    def create_tagged_run(self, run_name: str, tags: Mapping[str, str]) -> str:
+        """A run of tags only (a pipeline's parent run, a pipeline step that did not run)."""
+        return self._create(run_name, tags)
+
     # -- reading ---------------------------------------------------------------------------
 
     def find_run(self, job_name: str) -> TrackedRun | None:
@@ -289,6 +293,16 @@ class MlflowTracker:
             experiment_ids=[e.experiment_id for e in self._client.search_experiments()],
             filter_string=f"tags.`{JOB_NAME_TAG}` = '{job_name}'",
             max_results=1,
+        )
+        return _tracked(runs[0]) if runs else None
+
+    def find_tagged_run(self, key: str, value: str) -> TrackedRun | None:
+        """A run of this experiment tagged ``key`` = ``value`` (the oldest, if several)."""
+        runs = self._client.search_runs(
+            [self.experiment_id],
+            filter_string=f"tags.`{key}` = '{value}'",
+            max_results=1,
+            order_by=["attributes.start_time ASC"],
         )
         return _tracked(runs[0]) if runs else None
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -184,12 +185,14 @@ def tracking_setup(prepared: PreparedSweep) -> TrackingSetup:
 
 @contextmanager
 def interrupts_to(scheduler: Scheduler) -> Iterator[None]:
-    """Ctrl-C interrupts the scheduler instead of raising, while the loop runs."""
+    """Ctrl-C interrupts the scheduler instead of raising, while the loop runs (a sweep run
+    in another thread, a pipeline's step, is interrupted by what runs the main thread)."""
 
     def on_interrupt(signum: int, frame: FrameType | None) -> None:
         scheduler.interrupt()
 
-    previous = signal.signal(signal.SIGINT, on_interrupt)
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, on_interrupt) if in_main else None
     # The loop wakes briefly per event while the tracking worker runs long stretches of
     # Python (MLflow, plots): a short switch interval keeps the loop's latency low.
     switch_interval = sys.getswitchinterval()
@@ -197,5 +200,6 @@ def interrupts_to(scheduler: Scheduler) -> Iterator[None]:
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        if in_main:
+            signal.signal(signal.SIGINT, previous)
         sys.setswitchinterval(switch_interval)
