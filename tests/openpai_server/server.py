@@ -28,6 +28,7 @@ import secrets
 import socket
 import threading
 import time
+import traceback
 from collections import Counter
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -173,33 +174,49 @@ class OpenPaiServer:
         body = h.rfile.read(length) if length else b""
         action, handler, args = self._route(h.command, path)
         fault, after = self.faults.draw() if action != "Portal" else (None, False)
-        status = 0
-        try:
-            if fault == "error" or (fault == "drop" and not after):
-                if fault == "error":
-                    status = self._send_error(h)
-                return
-            try:
-                if action not in ("Info", "Portal", "LogContent"):
-                    self._authenticate(h.headers.get("Authorization") or "")
-                code, reply, content_type = handler(query, body, h.headers, **args)
-            except ApiError as exc:
-                code, reply = exc.status, {"code": exc.code, "message": exc.message}
-                content_type = "application/json"
-            if fault != "drop":
-                status = _send(h, code, reply, content_type)
-        finally:
-            if status == 0:
-                h.close_connection = True
-            with self._lock:
-                self.requests.append(Request(h.command, path, query, action, status, fault))
+        if fault == "error":
+            code, reply, content_type = self._server_error()
+        elif fault == "drop" and not after:
+            code, reply, content_type = 0, b"", ""  # not processed
+        else:
+            code, reply, content_type = self._answer(h, action, handler, args, query, body)
+        status = 0 if fault == "drop" else code
+        with self._lock:  # recorded before the client can see a reply
+            self.requests.append(Request(h.command, path, query, action, status, fault))
+        if status:
+            _send(h, status, reply, content_type)
+        else:
+            h.close_connection = True
 
-    def _send_error(self, h: _Handler) -> int:
+    def _answer(
+        self,
+        h: _Handler,
+        action: str,
+        handler: Any,
+        args: dict[str, str],
+        query: dict[str, str],
+        body: bytes,
+    ) -> tuple[int, Any, str]:
+        try:
+            if action not in ("Info", "Portal", "LogContent"):
+                self._authenticate(h.headers.get("Authorization") or "")
+            result: tuple[int, Any, str] = handler(query, body, h.headers, **args)
+            return result
+        except ApiError as exc:
+            return exc.status, {"code": exc.code, "message": exc.message}, "application/json"
+        except Exception as exc:  # a bug of the fake: answer as the rest-server would, loudly
+            traceback.print_exc()
+            return 500, {"code": "UnknownError", "message": repr(exc)}, "application/json"
+
+    def _server_error(self) -> tuple[int, Any, str]:
         with self._lock:
             self._errors += 1
             code = (500, 502, 503)[self._errors % 3]
-        reply = {"code": "UnknownError", "message": "Internal error message."}
-        return _send(h, code, reply, "application/json")
+        return (
+            code,
+            {"code": "UnknownError", "message": "Internal error message."},
+            "application/json",
+        )
 
     def _authenticate(self, header: str) -> None:
         scheme, _, token = header.partition(" ")
@@ -432,14 +449,13 @@ def _check_protocol(protocol: Any) -> str:
     return name
 
 
-def _send(h: BaseHTTPRequestHandler, status: int, reply: Any, content_type: str) -> int:
+def _send(h: BaseHTTPRequestHandler, status: int, reply: Any, content_type: str) -> None:
     data = reply if isinstance(reply, bytes) else json.dumps(reply).encode()
     h.send_response(status)
     h.send_header("Content-Type", content_type)
     h.send_header("Content-Length", str(len(data)))
     h.end_headers()
     h.wfile.write(data)
-    return status
 
 
 class _HttpServer(ThreadingHTTPServer):
