@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,6 @@ import pytest
 import yaml
 from conftest import (
     REPO,
-    all_runs,
     assert_nothing_started,
     assert_one_line_error,
     clean_env,
@@ -29,6 +29,12 @@ from conftest import (
 from emulator.common import FaultPlan
 from openpai_server import OpenPaiServer
 from sweep_helpers import load_study, sweep_runs, synthetic_project
+from test_backend_contract import openpai_config
+
+from paiexp.backends import JobHandle, JobState, JobStatus
+from paiexp.backends.openpai import OpenPaiBackend
+from paiexp.errors import UserError
+from paiexp.spec import JobSpec
 
 STORAGE = "confignfs"
 
@@ -202,16 +208,25 @@ def test_a_sweep_rides_out_injected_faults(docker_image: str, tmp_path: Path) ->
         assert server.containers() == []
 
 
+def finish(backend: OpenPaiBackend, handle: JobHandle) -> JobStatus:
+    """Poll until the job has ended; its final status."""
+
+    def ended() -> JobStatus | None:
+        status = backend.poll([handle])[handle.id]
+        return status if status.state.terminal else None
+
+    return wait_until(ended, 60, f"job {handle.name} to end", interval=0.1)
+
+
 def test_a_job_the_cluster_cannot_start_fails_with_its_exit_diagnostics(
-    cluster: OpenPaiServer, docker_image: str, tmp_path: Path
+    cluster: OpenPaiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    root = project(tmp_path / "project")
-    overrides = [*openpai_overrides(cluster, docker_image), "backend.image=paiexp-test/no-such:1"]
-    result = run_paiexp(root, "-q", *overrides, env=openpai_env(cluster))
-    assert result.returncode == 1, result.stderr[-3000:]
-    (run,) = all_runs(root)
-    assert run.info.status == "FAILED"
-    assert run.data.tags["paiexp.failure_reason"] == (
+    monkeypatch.setenv("OPENPAI_TOKEN", cluster.token)
+    backend = OpenPaiBackend(openpai_config(cluster, cpus=1), tmp_path)
+    spec = JobSpec("no-image", "true", image="paiexp-test/no-such:1", instance_type="ecs.c6.large")
+    status = finish(backend, backend.submit(spec))
+    assert status.state is JobState.FAILED and not status.infrastructure
+    assert status.reason == (
         "OpenPAI FAILED (exit code 254, ContainerImageNotExists): Pull access denied for "
         "paiexp-test/no-such:1, repository does not exist"
     )
@@ -219,45 +234,43 @@ def test_a_job_the_cluster_cannot_start_fails_with_its_exit_diagnostics(
 
 
 def test_a_cluster_alias_of_openpaisdk_gives_the_uri_user_and_token(
-    cluster: OpenPaiServer, docker_image: str, tmp_path: Path
+    cluster: OpenPaiServer, docker_image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    root = synthetic_project(tmp_path, {"params": {}})  # its job, run once
-    home = tmp_path / "home"
-    (home / ".openpai").mkdir(parents=True)
+    (tmp_path / ".openpai").mkdir()
     alias = {"cluster_alias": "fake", "pai_uri": cluster.uri, "user": cluster.user}
-    (home / ".openpai" / "clusters.yaml").write_text(
-        yaml.safe_dump(
-            [{"cluster_alias": "other", "pai_uri": "http://x"}, {**alias, "token": cluster.token}]
-        )
-    )
-    overrides = [
-        o
-        for o in openpai_overrides(cluster, docker_image)
-        if not o.startswith(("backend.rest_server_uri=", "backend.user="))
+    clusters = [
+        {"cluster_alias": "other", "pai_uri": "http://x"},
+        {**alias, "token": cluster.token},
     ]
-    env = {**clean_env(HOME=str(home)), "OPENPAI_TOKEN": ""}
-    result = run_paiexp(root, "-q", *overrides, "backend.cluster_alias=fake", env=env)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert len(cluster.submissions) == 1
-    (run,) = all_runs(root)
-    assert run.data.tags["paiexp.console_url"].startswith(f"{cluster.uri}/job-detail.html?")
+    (tmp_path / ".openpai" / "clusters.yaml").write_text(yaml.safe_dump(clusters))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("OPENPAI_TOKEN", raising=False)
+    config = openpai_config(cluster, cpus=1, cluster_alias="fake")
+    config.rest_server_uri = config.user = None  # from the alias: pai_uri + /rest-server
+    backend = OpenPaiBackend(config, tmp_path)
+    spec = JobSpec("aliased", "true", image=docker_image, instance_type="ecs.c6.large")
+    backend.validate(spec)
+    handle = backend.submit(spec)
+    assert finish(backend, handle).state is JobState.SUCCEEDED
+    assert cluster.submissions == Counter({"aliased": 1})
+    assert backend.console_url(handle) == (
+        f"{cluster.uri}/job-detail.html?username={cluster.user}&jobName=aliased"
+    )
+    with urllib.request.urlopen(backend.console_url(handle)) as page:  # the portal's page
+        assert page.status == 200
 
-    unknown = run_paiexp(root, "-q", *overrides, "backend.cluster_alias=nope", env=env)
-    line = assert_one_line_error(unknown)
-    assert "backend.cluster_alias" in line and "'nope'" in line and "fake, other" in line
+    config.cluster_alias = "nope"
+    with pytest.raises(
+        UserError, match=r"^backend\.cluster_alias: unknown alias 'nope'; .*: fake, other$"
+    ):
+        OpenPaiBackend(config, tmp_path)
 
 
 def test_secret_environments_travel_as_the_protocols_secrets(
     cluster: OpenPaiServer, docker_image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from test_backend_contract import openpai_config
-
-    from paiexp.backends import JobState
-    from paiexp.backends.openpai import OpenPaiBackend
-    from paiexp.spec import JobSpec
-
     monkeypatch.setenv("OPENPAI_TOKEN", cluster.token)
-    backend = OpenPaiBackend(openpai_config(cluster, poll_interval=0.1, cpus=1), tmp_path)
+    backend = OpenPaiBackend(openpai_config(cluster, cpus=1), tmp_path)
     secret, plain = "s3cr3t 'quoted' $value", "a plain value"
     command = (
         'printf %s "$MY_TOKEN" > "$PAI_OUTPUT_MODEL/secret"; '
@@ -272,9 +285,7 @@ def test_secret_environments_travel_as_the_protocols_secrets(
     )
     backend.validate(spec)
     handle = backend.submit(spec)
-    status = wait_until(
-        lambda: (s := backend.poll([handle])[handle.id]).state.terminal and s, 60, "the job to end"
-    )
+    status = finish(backend, handle)
     assert status.state is JobState.SUCCEEDED, (status, backend.read_logs(handle, 0, final=True))
     model = Path(backend.outputs(handle)["model"].removeprefix("file://"))
     assert (model / "secret").read_text() == secret
