@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 TAG_PREFIX = "paiexp."
 JOB_NAME_TAG = "paiexp.job_name"
 SWEEP_ID_TAG = "paiexp.sweep_id"
+KIND_TAG = "paiexp.kind"
+BEST_TAG = "paiexp.best"
 PARENT_RUN_TAG = "mlflow.parentRunId"
 CONFIG_ARTIFACT = "config/resolved.yaml"
 SPEC_ARTIFACT = "job/spec.json"
@@ -57,6 +59,7 @@ class TrackedRun:
     experiment_id: str
     status: str
     tags: dict[str, str]
+    deleted: bool = False
 
 
 def tracking_uri(uri: str | None) -> str:
@@ -144,30 +147,81 @@ class MlflowTracker:
         tags.update(extra_tags or {})
         return self._create(run_name or record.spec.name, tags)
 
-    def find_or_create_sweep_run(
-        self,
-        sweep_id: str,
-        *,
-        known_run_id: str | None,
-        run_name: str,
-        tags: Mapping[str, str],
-        params: Mapping[str, str],
-    ) -> str:
-        """A sweep's parent run: ``known_run_id`` when this experiment holds it, else the run
-        tagged with ``sweep_id``, else a new one with ``tags`` and ``params``."""
-        known = self.get_run(known_run_id) if known_run_id else None
-        if known is not None and known.experiment_id == self.experiment_id:
-            return known.run_id
-        found = self._client.search_runs(
-            [self.experiment_id],
-            filter_string=f"tags.`{SWEEP_ID_TAG}` = '{sweep_id}'",
-            max_results=1,
+    def sweep_run(self, run_id: str | None, sweep_id: str) -> str | None:
+        """``run_id`` if it is the parent run of ``sweep_id`` in this experiment (a study's
+        record may name a run of another tracking store, or a deleted one)."""
+        run = self.get_run(run_id) if run_id else None
+        if run is None or run.deleted or run.experiment_id != self.experiment_id:
+            return None
+        tags = run.tags
+        return (
+            run_id if tags.get(KIND_TAG) == "sweep" and tags.get(SWEEP_ID_TAG) == sweep_id else None
         )
-        if found:
-            return str(found[0].info.run_id)
-        run_id = self._create(run_name, {SWEEP_ID_TAG: sweep_id, "paiexp.kind": "sweep", **tags})
+
+    def find_sweep_run(self, sweep_id: str) -> str | None:
+        """The parent run of ``sweep_id`` (the oldest, if several launchers made one)."""
+        return self._oldest(_sweep_filter(sweep_id))
+
+    def create_sweep_run(
+        self, sweep_id: str, *, run_name: str, tags: Mapping[str, str], params: Mapping[str, str]
+    ) -> str:
+        """A new parent run of ``sweep_id``, unless another launcher's is older (see
+        :meth:`_resolve`)."""
+        run_id = self._create(run_name, {SWEEP_ID_TAG: sweep_id, KIND_TAG: "sweep", **tags})
         self._client.log_batch(run_id, params=_params(params))
-        return run_id
+        return self._resolve(run_id, _sweep_filter(sweep_id))
+
+    def child_run(self, parent_run_id: str, job_name: str) -> TrackedRun | None:
+        """The run of the job called ``job_name`` under a parent run (the oldest, if several)."""
+        runs = self._search(_child_filter(parent_run_id, job_name))
+        return _tracked(min(runs, key=_age)) if runs else None
+
+    def create_child_run(
+        self,
+        record: RunRecord,
+        *,
+        run_name: str,
+        parent_run_id: str,
+        extra_tags: Mapping[str, str],
+        resolve: bool,
+    ) -> str:
+        """A trial's run.  ``resolve``: another launcher may be creating it too (adopting or
+        reconciling a trial), so the oldest of the job's runs is kept (see :meth:`_resolve`)."""
+        run_id = self.create_run(
+            record, run_name=run_name, parent_run_id=parent_run_id, extra_tags=extra_tags
+        )
+        if not resolve:
+            return run_id
+        return self._resolve(run_id, _child_filter(parent_run_id, record.spec.name))
+
+    def _resolve(self, run_id: str, filter_string: str) -> str:
+        """The run that holds an identity once ``run_id`` was created for it: the oldest run
+        carrying it (start time, then run id), the rule every launcher applies alike; a
+        younger ``run_id`` is deleted.  MLflow has no unique constraint on tags: this is
+        create-then-resolve, exact unless a launcher stalls between stamping its run's start
+        time and committing it while another creates and resolves (see README)."""
+        winner = self._oldest(filter_string) or run_id
+        if winner != run_id:
+            self._client.delete_run(run_id)
+        return winner
+
+    def _oldest(self, filter_string: str) -> str | None:
+        runs = self._search(filter_string)
+        return str(min(runs, key=_age).info.run_id) if runs else None
+
+    def _search(self, filter_string: str) -> list[Any]:
+        return list(self._client.search_runs([self.experiment_id], filter_string, max_results=1000))
+
+    def tag_best(self, parent_run_id: str, run_id: str) -> None:
+        """Tag ``run_id`` the study's best, and no other child of the parent (launchers
+        sharing the study each tag their view of it)."""
+        tagged = self._search(
+            f"tags.`{PARENT_RUN_TAG}` = '{parent_run_id}' and tags.`{BEST_TAG}` = 'true'"
+        )
+        for run in tagged:
+            if run.info.run_id != run_id:
+                self.set_tags(run.info.run_id, {BEST_TAG: "false"})
+        self.set_tags(run_id, {BEST_TAG: "true"})
 
     def _create(self, run_name: str, tags: Mapping[str, str]) -> str:
         run = self._client.create_run(
@@ -347,7 +401,21 @@ def _tracked(run: Any) -> TrackedRun:
         experiment_id=run.info.experiment_id,
         status=run.info.status,
         tags=dict(run.data.tags),
+        deleted=run.info.lifecycle_stage == "deleted",
     )
+
+
+def _age(run: Any) -> tuple[int, str]:
+    """Older first: start time, then run id (the same order for every launcher)."""
+    return run.info.start_time or 0, run.info.run_id
+
+
+def _sweep_filter(sweep_id: str) -> str:
+    return f"tags.`{SWEEP_ID_TAG}` = '{sweep_id}' and tags.`{KIND_TAG}` = 'sweep'"
+
+
+def _child_filter(parent_run_id: str, job_name: str) -> str:
+    return f"tags.`{PARENT_RUN_TAG}` = '{parent_run_id}' and tags.`{JOB_NAME_TAG}` = '{job_name}'"
 
 
 def _params(values: Mapping[str, str]) -> list[Any]:

@@ -24,7 +24,7 @@ from paiexp.backends import JobState
 from paiexp.compose import compose, locate_project, to_object
 from paiexp.spec import JobSpec
 from paiexp.sweep.launcher import Launcher, PreparedSweep, SweepOutcome, prepare_sweep
-from paiexp.sweep.opening import open_study, sweep_id
+from paiexp.sweep.opening import open_study
 from paiexp.sweep.progress import Progress
 from paiexp.sweep.records import JOB_NAME, OWNER, job_name
 from paiexp.sweep.resume import reopen
@@ -39,6 +39,7 @@ from paiexp.sweep.tracking_messages import (
 )
 
 C = TypeVar("C", bound=Call)
+INSPECTOR = "inspector:1:0"  # who opens a study in a test to look at it or change it
 
 
 class RecordingTracker(Tracker):
@@ -301,7 +302,7 @@ def detached_sweep(tmp_path: Path, **sweep: Any) -> tuple[FakeBackend, PreparedS
     prepared = prepare(tmp_path, backend, parallelism=2, on_interrupt="detach", **sweep)
     launch(prepared)
     backend.on_step = None
-    study = open_study(prepared)
+    study = open_study(prepared, INSPECTOR).study
     dead = f"{socket.gethostname()}:{os.getpid()}:0"  # this pid, another start: gone
     for frozen in study.trials:
         reopen(study, frozen).set_user_attr(OWNER, dead)
@@ -312,10 +313,11 @@ def test_a_resumed_sweep_adopts_orphaned_trials_and_reattaches_by_job_name(
     tmp_path: Path,
 ) -> None:
     backend, prepared = detached_sweep(tmp_path, n_trials=4)
-    study = open_study(prepared)
+    opened = open_study(prepared, INSPECTOR)
+    study = opened.study
     running = [frozen.user_attrs[JOB_NAME] for frozen in study.trials]
     unsubmitted = study.ask(prepared.space.distributions())  # its launcher died before
-    unsubmitted_name = job_name("syn", sweep_id(study), unsubmitted.number)  # submitting
+    unsubmitted_name = job_name("syn", opened.sweep_id, unsubmitted.number)  # submitting
     unsubmitted.set_user_attr(JOB_NAME, unsubmitted_name)
 
     run = launch(prepared)
@@ -330,7 +332,9 @@ def test_a_resumed_sweep_adopts_orphaned_trials_and_reattaches_by_job_name(
 
 def test_a_job_lost_while_no_launcher_watched_fails_and_is_rerun(tmp_path: Path) -> None:
     backend, prepared = detached_sweep(tmp_path, n_trials=2, retries=1)
-    lost, kept = (frozen.user_attrs[JOB_NAME] for frozen in open_study(prepared).trials)
+    lost, kept = (
+        frozen.user_attrs[JOB_NAME] for frozen in open_study(prepared, INSPECTOR).study.trials
+    )
     backend.lose(lost)
 
     run = launch(prepared)

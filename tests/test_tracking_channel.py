@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
+import time
 from pathlib import Path
 
 import optuna
 import pytest
+from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
+from paiexp.record import make_record
 from paiexp.spec import JobSpec
+from paiexp.sweep import tracking_worker
+from paiexp.sweep.opening import PARENT_RUN_ATTR
 from paiexp.sweep.study import create_storage
 from paiexp.sweep.tracking import SweepTracker
 from paiexp.sweep.tracking_messages import (
@@ -22,7 +28,7 @@ from paiexp.sweep.tracking_messages import (
     TrialRecord,
     UpdateBest,
 )
-from paiexp.sweep.tracking_worker import PARENT_RUN_ATTR, TrackingWorker
+from paiexp.sweep.tracking_worker import TrackingWorker
 from paiexp.tracking import (
     MAX_TAG_CHARS,
     PARAM_MAX_CHARS,
@@ -47,19 +53,24 @@ def setup_in(root: Path, tracker_uri: str | None = None) -> TrackingSetup:
     )
 
 
-def open_parent(sweep_id: str, known_run_id: str | None) -> OpenParent:
+def open_parent(sweep_id: str, known_run_id: str | None, *, leader: bool = True) -> OpenParent:
     new = NewParentRun(
         run_name="syn",
         tags={"paiexp.long": "t" * (MAX_TAG_CHARS + 100)},
         params={"space.x": "p" * (PARAM_MAX_CHARS + 100)},
     )
-    return OpenParent(sweep_id, known_run_id, new, {"paiexp.invocation": "python -m paiexp"})
+    invocation = {"paiexp.invocation": "python -m paiexp"}
+    return OpenParent(sweep_id, known_run_id, leader, new, invocation)
 
 
 def start_child(job_name: str, number: int, *, adopted: bool = False) -> StartChild:
     spec = JobSpec(name=job_name, command="python train.py", hyperparameters={"x": str(number)})
     data = {"backend": {"name": "local"}, "job": {"name": "syn"}}
-    tags = {"mlflow.runName": f"trial-{number}", "paiexp.trial_number": str(number)}
+    tags = {
+        "mlflow.runName": f"trial-{number}",
+        "paiexp.trial_number": str(number),
+        "paiexp.sweep_id": "sweep-1",
+    }
     return StartChild(job_name, TrialRecord(spec, data), tags, adopted)
 
 
@@ -85,17 +96,83 @@ def test_parent_run_is_found_again_and_one_child_is_tagged_best(tmp_path: Path) 
     best = {n: client.get_run(worker.runs[f"job-{n}"]).data.tags["paiexp.best"] for n in (0, 1)}
     assert best == {0: "false", 1: "true"}
 
-    # A relaunch finds the same parent (by the study's record, else by the sweep id) and
-    # reuses an adopted trial's run instead of creating another.
-    for known_run_id in (parent_id, None):
+    # A relaunch finds the same parent (by the study's record, else by the sweep id; never a
+    # trial's run, which carries the sweep id too) and reuses an adopted trial's run instead
+    # of creating another.
+    for known_run_id in (parent_id, worker.runs["job-0"], None):
         again = TrackingWorker(setup)
-        again.apply(open_parent("sweep-1", known_run_id))
+        again.apply(open_parent("sweep-1", known_run_id, leader=False))
         assert again.parent_run_id == parent_id
     adopted = again.apply(start_child("job-0", 0, adopted=True))
     assert adopted == RunCreated("job-0", worker.runs["job-0"])
+    again.apply(FinishParent(interrupted=True, close=False))  # other launchers' trials run
+    assert client.get_run(parent_id).info.status == "RUNNING"
     again.apply(FinishParent(interrupted=True))
     assert client.get_run(parent_id).info.status == "KILLED"
     assert len(client.search_runs([parent.info.experiment_id])) == 3
+
+
+def test_launchers_sharing_a_study_share_its_parent_run_and_best_tag(tmp_path: Path) -> None:
+    setup = setup_in(tmp_path)
+    follower, leader = TrackingWorker(setup), TrackingWorker(setup)
+    # The follower (it did not choose the sweep id) waits for the leader's parent run.
+    waiting = threading.Thread(
+        target=follower.apply, args=(open_parent("sweep-1", None, leader=False),)
+    )
+    waiting.start()
+    time.sleep(1.0)
+    assert waiting.is_alive()
+    leader.apply(open_parent("sweep-1", None))
+    waiting.join(timeout=30)
+    assert follower.parent_run_id == leader.parent_run_id
+    client = MlflowClient(tracking_uri=setup.tracker_uri)
+    experiment = client.get_run(leader.parent_run_id).info.experiment_id
+    assert [r.info.run_id for r in client.search_runs([experiment])] == [leader.parent_run_id]
+
+    # Each tags its view of the best; the last one's holds, whoever made that run.
+    leader.apply(start_child("job-0", 0))
+    follower.apply(start_child("job-1", 1))
+    leader.apply(UpdateBest({"best_score": 0.5}, 1, {}, "job-0"))
+    follower.apply(UpdateBest({"best_score": 0.25}, 2, {}, "job-1"))
+    best = {
+        job: client.get_run(w.runs[job]).data.tags["paiexp.best"]
+        for w, job in ((leader, "job-0"), (follower, "job-1"))
+    }
+    assert best == {"job-0": "false", "job-1": "true"}
+
+
+def test_runs_created_for_one_identity_resolve_to_the_oldest(tmp_path: Path) -> None:
+    tracker = MlflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "resolve")
+    first = tracker.create_sweep_run("sweep-1", run_name="syn", tags={}, params={"a": "1"})
+    second = tracker.create_sweep_run("sweep-1", run_name="syn", tags={}, params={"a": "1"})
+    assert second == first == tracker.find_sweep_run("sweep-1")
+    spec = JobSpec(name="job-0", command="python train.py")
+    record = make_record({"backend": {"name": "local"}}, spec, project_dir=tmp_path, overrides=())
+    children = [
+        tracker.create_child_run(
+            record, run_name="trial-0", parent_run_id=first, extra_tags={}, resolve=True
+        )
+        for _ in range(2)
+    ]
+    assert children[0] == children[1]
+    client = MlflowClient(tracking_uri=tracker.uri)
+    runs = client.search_runs([tracker.experiment_id], run_view_type=ViewType.ALL)
+    assert sorted(r.info.lifecycle_stage for r in runs) == [
+        "active",
+        "active",
+        "deleted",
+        "deleted",
+    ]
+
+
+def test_a_follower_whose_leader_never_made_the_parent_run_makes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tracking_worker, "PARENT_WAIT_SECONDS", 1.0)
+    follower = TrackingWorker(setup_in(tmp_path))
+    follower.apply(open_parent("sweep-1", None, leader=False))
+    assert follower.tracker.find_sweep_run("sweep-1") == follower.parent_run_id
+    assert follower.study.user_attrs[PARENT_RUN_ATTR] == follower.parent_run_id
 
 
 def test_a_call_failing_before_the_parent_run_exists_is_fatal(tmp_path: Path) -> None:

@@ -30,9 +30,9 @@ from paiexp.config import Config, SweepConfig
 from paiexp.errors import UserError
 from paiexp.record import SourceInfo, source_info
 from paiexp.sweep.budget import TrialBudget
-from paiexp.sweep.opening import open_study, sweep_id
+from paiexp.sweep.opening import PARENT_RUN_ATTR, open_study
 from paiexp.sweep.ownership import launcher_identity
-from paiexp.sweep.parent_run import parent_run
+from paiexp.sweep.parent_run import left_by_launchers_gone, parent_run, running_elsewhere
 from paiexp.sweep.progress import Progress
 from paiexp.sweep.resume import finished_before
 from paiexp.sweep.scheduler import Scheduler
@@ -47,7 +47,6 @@ from paiexp.sweep.study import (
 from paiexp.sweep.tracker_protocol import TrackerFactory
 from paiexp.sweep.tracking import SweepTracker
 from paiexp.sweep.tracking_messages import TrackingSetup
-from paiexp.sweep.tracking_worker import PARENT_RUN_ATTR
 from paiexp.sweep.trial_jobs import TrialJobs
 from paiexp.sweep.trials import TrialBuilder
 from paiexp.tracking import check_tracking_server, tracking_uri
@@ -140,23 +139,29 @@ class Launcher:
     def run(self) -> SweepOutcome:
         prepared = self.prepared
         prepared.backend.set_concurrency(prepared.sweep.parallelism)
-        study = open_study(prepared)  # may still reject the sweep: before anything is tracked
-        sweep = sweep_id(study)
+        # may still reject the sweep: before anything is tracked
+        opened = open_study(prepared, self.owner)
+        study, sweep = opened.study, opened.sweep_id
         tracker = self.tracker_factory(tracking_setup(prepared))
         parent = parent_run(prepared, prepared.backend.name)
         # MLflow opens in the tracking process while trials run
         known_run = study.user_attrs.get(PARENT_RUN_ATTR)
-        tracker.open_parent(sweep, known_run, parent.create, parent.invocation)
+        tracker.open_parent(
+            sweep, known_run, parent.create, parent.invocation, leader=opened.leader
+        )
         budget = TrialBudget(study, prepared.sweep.retries)
         jobs = TrialJobs(prepared, study, sweep, budget, tracker, self.progress, self.identity)
-        tracker.reconcile(finished_before(jobs))
+        tracker.reconcile(left_by_launchers_gone(study, finished_before(jobs), self.owner))
         scheduler = Scheduler(
             jobs, budget, prepared.sweep, prepared.pruning, tracker, self.progress
         )
         with interrupts_to(scheduler), self.progress.live(scheduler):
             scheduler.run()
         jobs.publish_best()  # the study's best, even if a killed launch lost its last update
-        tracker.finish_parent(interrupted=bool(scheduler.interrupts))
+        tracker.finish_parent(
+            interrupted=bool(scheduler.interrupts),
+            close=not running_elsewhere(study, self.owner),
+        )
         uri = tracker.close()
         jobs.label_runs()  # the runs created last
         return SweepOutcome(

@@ -1,14 +1,21 @@
-"""The parent run of a sweep: what it is created with (tags and params) and opened by."""
+"""The parent run of a sweep: what it is created with (tags and params) and opened by; and,
+when several launchers share the study, which of its runs are this launcher's to write."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from paiexp.redact import redact_url
+from paiexp.sweep.opening import launcher_gone
+from paiexp.sweep.records import OWNER
 
 if TYPE_CHECKING:
+    from optuna import Study
+
     from paiexp.sweep.launcher import PreparedSweep
+    from paiexp.sweep.tracking_messages import FinishedTrial
 
 
 @dataclass(frozen=True)
@@ -45,3 +52,32 @@ def parent_run(prepared: PreparedSweep, backend_name: str) -> ParentRun:
     params.update({f"space.{n}": p.describe() for n, p in prepared.space.params.items()})
     create = {"study_name": prepared.study_name, "tags": invocation, "params": params}
     return ParentRun(create, invocation)
+
+
+def left_by_launchers_gone(
+    study: Study, trials: Iterable[FinishedTrial], owner: str
+) -> list[FinishedTrial]:
+    """The finished trials whose launcher is gone, for this launcher (``owner``) to check
+    their runs: a live launcher closes its own trials' runs (its tracking may lag behind its
+    trials), so reconciling them here would race it."""
+    gone = {
+        t.number
+        for t in study.get_trials(deepcopy=False)
+        if launcher_gone(t.user_attrs.get(OWNER), owner)
+    }
+    return [trial for trial in trials if trial.number in gone]
+
+
+def running_elsewhere(study: Study, owner: str) -> bool:
+    """Whether a trial another launcher follows (not ``owner``'s process) still runs: the
+    last launcher to finish closes the parent run and draws the plots of the whole study."""
+    from optuna.trial import TrialState
+
+    process = _process(owner)
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    return any(_process(str(t.user_attrs.get(OWNER) or "")) != process for t in running)
+
+
+def _process(owner: str) -> str:
+    """``host:pid:start``, the process part of an owner (its token changes as it renews)."""
+    return ":".join(owner.split(":")[:3])

@@ -151,13 +151,21 @@ def rdb_storage(url: str, attempts: int = 5) -> Any:
 
 
 def create_sampler(config: Any) -> Any:
+    """The configured sampler.  Seeded, it samples trial N with a seed of (seed, N)
+    (:mod:`paiexp.sweep.sampling`): reproducible, and distinct in every launcher sharing the
+    study.  QMC keeps the seed as given: launchers must share its scrambled sequence, whose
+    position is kept in the study."""
     import optuna
 
     cls = getattr(optuna.samplers, SAMPLERS[config.name])
     options = dict(config.options)
-    if config.seed is not None:
-        options.setdefault("seed", config.seed)
-    return _construct(cls, options, "sweep.sampler.options")
+    seed = options.pop("seed", config.seed)
+    if seed is None or config.name == "qmc":
+        return _construct(cls, {**options, "seed": seed}, "sweep.sampler.options")
+    from paiexp.sweep.sampling import TrialSeededSampler
+
+    _construct(cls, {**options, "seed": seed}, "sweep.sampler.options")  # options checked now
+    return TrialSeededSampler(lambda trial_seed: cls(**options, seed=trial_seed), seed)
 
 
 def create_pruner(config: Any) -> Any:

@@ -68,14 +68,17 @@ class Tracker(ABC):
         known_run_id: str | None,
         create: Mapping[str, Any],
         invocation: Mapping[str, str],
+        *,
+        leader: bool = True,
     ) -> None:
-        """``create``: the new parent run's ``study_name`` (its name), ``tags`` and ``params``."""
+        """``create``: the new parent run's ``study_name`` (its name), ``tags`` and ``params``;
+        ``leader``: this launcher chose the sweep id, so it creates the parent run."""
         new = NewParentRun(
             run_name=str(create["study_name"]),
             tags=dict(create["tags"]),
             params={key: str(value) for key, value in create["params"].items()},
         )
-        self.send(OpenParent(sweep_id, known_run_id, new, dict(invocation)))
+        self.send(OpenParent(sweep_id, known_run_id, leader, new, dict(invocation)))
 
     def reconcile(self, trials: Iterable[FinishedTrial]) -> None:
         """Trials that finished before this launch: each gets a closed run."""
@@ -105,8 +108,8 @@ class Tracker(ABC):
     ) -> None:
         self.send(UpdateBest(dict(metrics), step, dict(tags), best_job))
 
-    def finish_parent(self, *, interrupted: bool) -> None:
-        self.send(FinishParent(interrupted))
+    def finish_parent(self, *, interrupted: bool, close: bool = True) -> None:
+        self.send(FinishParent(interrupted, close))
 
 
 TrackerFactory = Callable[[TrackingSetup], Tracker]

@@ -66,10 +66,13 @@ class NewParentRun:
 
 @dataclass(frozen=True)
 class OpenParent:
-    """Find or create the sweep's parent run and mark it RUNNING again."""
+    """Find or create the sweep's parent run and mark it RUNNING again.  Only the ``leader``
+    (the launcher that chose the sweep id) creates a new one at once; the others wait for it.
+    ``known_run_id``: the study's record of its parent run, when the launcher started."""
 
     sweep_id: str
     known_run_id: str | None
+    leader: bool
     new: NewParentRun
     invocation: dict[str, str]
 
@@ -123,9 +126,11 @@ class UpdateBest:
 
 @dataclass(frozen=True)
 class FinishParent:
-    """The study's plots and trials table on the parent run; then close it."""
+    """The study's plots and trials table on the parent run; then close it.  Without
+    ``close`` (another launcher's trials still run) it is left to the last launcher."""
 
     interrupted: bool
+    close: bool = True
 
 
 @dataclass(frozen=True)

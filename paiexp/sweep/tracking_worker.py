@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, assert_never
 from paiexp.metrics import MetricPoint
 from paiexp.monitor import JobMonitor
 from paiexp.record import RunRecord, make_record
+from paiexp.sweep.opening import PARENT_RUN_ATTR
 from paiexp.sweep.study_artifacts import study_artifacts, warm_up
 from paiexp.sweep.tracking_messages import (
     Call,
@@ -50,12 +51,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PARENT_RUN_ATTR = "paiexp:parent_run_id"  # the study's user attribute naming its parent run
 WORKER_NICENESS = 10
 # The plots' imports (most of a CPU-second) wait for the tracking process to be idle this long
 # right after a trial's job started, once an earlier trial finished: the new job is still
 # starting up (one thread: Python and its imports) rather than training on every core.
 IDLE_SECONDS_BEFORE_WARM_UP = 0.1
+# A launcher sharing a study waits this long for the leader's parent run, looking this often.
+PARENT_WAIT_SECONDS = 120.0
+PARENT_POLL_SECONDS = 0.5
 
 
 def _yield_cpu() -> None:
@@ -139,7 +142,7 @@ class TrackingWorker:
         self.parent_run_id = ""
         self.runs: dict[str, str] = {}  # job name -> run id
         self.finished_children = 0
-        self._best_run_id: str | None = None
+        self._best_job: str | None = None
         self._tracker: MlflowTracker | None = None
         self._study: Any = None
 
@@ -192,7 +195,7 @@ class TrackingWorker:
             case UpdateBest():
                 self.update_best(call)
             case FinishParent():
-                self.finish_parent(interrupted=call.interrupted)
+                self.finish_parent(interrupted=call.interrupted, close=call.close)
             case _:
                 assert_never(call)
         return None
@@ -200,36 +203,66 @@ class TrackingWorker:
     # -- parent ----------------------------------------------------------------------------
 
     def open_parent(self, call: OpenParent) -> None:
-        """Find or create the study's parent run and mark it RUNNING again."""
-        run_id = self.tracker.find_or_create_sweep_run(
-            call.sweep_id,
-            known_run_id=call.known_run_id,
-            run_name=call.new.run_name,
-            tags=call.new.tags,
-            params=call.new.params,
-        )
+        """Find or create the study's parent run and mark it RUNNING again.
+
+        Launchers sharing a study share its parent run.  The leader (the launcher that chose
+        the sweep id) creates it; the others find it, waiting for the leader's when the study
+        names none yet.  When the study names one this tracking store lacks (a new
+        ``tracker.uri``), whoever comes creates it, the oldest kept.
+        """
+        run_id = self.tracker.sweep_run(call.known_run_id, call.sweep_id)
+        run_id = run_id or self.tracker.find_sweep_run(call.sweep_id)
+        if run_id is None and not call.leader and call.known_run_id is None:
+            run_id = self.wait_for_parent(call.sweep_id)
+        if run_id is None:
+            run_id = self.tracker.create_sweep_run(
+                call.sweep_id,
+                run_name=call.new.run_name,
+                tags=call.new.tags,
+                params=call.new.params,
+            )
         if run_id != call.known_run_id:
             self.study.set_user_attr(PARENT_RUN_ATTR, run_id)
         self.tracker.set_status(run_id, "RUNNING")
         self.tracker.set_tags(run_id, call.invocation)
         self.parent_run_id = run_id
 
+    def wait_for_parent(self, sweep_id: str) -> str | None:
+        """The leader's parent run, once it exists; None after :data:`PARENT_WAIT_SECONDS`
+        (the leader died before making it)."""
+        deadline = time.monotonic() + PARENT_WAIT_SECONDS
+        while time.monotonic() < deadline:
+            time.sleep(PARENT_POLL_SECONDS)
+            run_id = self.tracker.find_sweep_run(sweep_id)
+            if run_id is not None:
+                return run_id
+        log.warning(
+            "no parent run of sweep %s after %g s: creating one", sweep_id, PARENT_WAIT_SECONDS
+        )
+        return None
+
     def update_best(self, call: UpdateBest) -> None:
         now = time.time()
         points = [MetricPoint(name, value, call.step, now) for name, value in call.metrics.items()]
         self.tracker.log_metrics(self.parent_run_id, points, tags=call.tags)
-        best_run_id = self.runs.get(call.best_job) if call.best_job else None
-        if best_run_id and best_run_id != self._best_run_id:
-            if self._best_run_id:
-                self.tracker.set_tags(self._best_run_id, {"paiexp.best": "false"})
-            self.tracker.set_tags(best_run_id, {"paiexp.best": "true"})
-            self._best_run_id = best_run_id
+        if call.best_job is None or call.best_job == self._best_job:
+            return
+        best_run_id = self.runs.get(call.best_job)
+        if best_run_id is None:  # another launcher's trial
+            best = self.tracker.child_run(self.parent_run_id, call.best_job)
+            best_run_id = best.run_id if best else None
+        if best_run_id is not None:
+            self.tracker.tag_best(self.parent_run_id, best_run_id)
+            self._best_job = call.best_job
 
-    def finish_parent(self, *, interrupted: bool) -> None:
+    def finish_parent(self, *, interrupted: bool, close: bool) -> None:
         """Plots and the trials table as artifacts; then close the parent run.
 
         An interrupted launch closes it KILLED at once; the next full launch draws the plots.
+        Without ``close``, another launcher's trials still run: the last launcher does it all.
         """
+        if not close:
+            return
         if not interrupted:
             with tempfile.TemporaryDirectory() as directory:
                 for artifact_dir, path in study_artifacts(self.study, Path(directory)):
@@ -241,12 +274,14 @@ class TrackingWorker:
     def start_child(self, call: StartChild) -> str:
         """Create a trial's run (an adopted trial's may exist: reuse it) and log its record."""
         record = self.record(call.record)
-        existing = self.tracker.child_runs(self.parent_run_id) if call.adopted else {}
-        if call.job_name in existing:
-            run_id = existing[call.job_name].run_id
+        existing = (
+            self.tracker.child_run(self.parent_run_id, call.job_name) if call.adopted else None
+        )
+        if existing is not None:
+            run_id = existing.run_id
         else:
             run_name = call.tags.get("mlflow.runName", call.job_name)
-            run_id = self.create_child(record, run_name, call.tags)
+            run_id = self.create_child(record, run_name, call.tags, resolve=call.adopted)
         self.runs[call.job_name] = run_id
         self.tracker.log_record(run_id, record)
         return run_id
@@ -265,7 +300,9 @@ class TrackingWorker:
                 continue
             if child is None:
                 record = self.record(trial.record)
-                run_id = self.create_child(record, f"trial-{trial.number}", trial.tags)
+                run_id = self.create_child(
+                    record, f"trial-{trial.number}", trial.tags, resolve=True
+                )
                 self.tracker.log_record(run_id, record)
             else:
                 run_id = child.run_id
@@ -287,9 +324,17 @@ class TrackingWorker:
                 extra_tags={"paiexp.trial_state": trial.state},
             )
 
-    def create_child(self, record: RunRecord, run_name: str, tags: dict[str, str]) -> str:
-        return self.tracker.create_run(
-            record, run_name=run_name, parent_run_id=self.parent_run_id, extra_tags=tags
+    def create_child(
+        self, record: RunRecord, run_name: str, tags: dict[str, str], *, resolve: bool
+    ) -> str:
+        """A trial's run.  ``resolve``: another launcher may be creating it too (an adopted
+        or reconciled trial); a trial this launcher asked for is its own alone."""
+        return self.tracker.create_child_run(
+            record,
+            run_name=run_name,
+            parent_run_id=self.parent_run_id,
+            extra_tags=tags,
+            resolve=resolve,
         )
 
     def record(self, record: TrialRecord) -> RunRecord:
