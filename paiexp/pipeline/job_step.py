@@ -1,14 +1,14 @@
 """A job step: its job submitted once, or followed again where a launcher left it.
 
-The job's name is fixed before anything exists (see :mod:`paiexp.pipeline.naming`) and the
-run that tracks it is found by that name, so a relaunch never submits a job twice: it follows
-the job if it runs, reads its outcome if it ended, and submits it only if it never was.
+The job's name is fixed before anything exists (see :mod:`paiexp.pipeline.naming`), so a
+relaunch never submits a job twice: it follows the job if it runs, reads its outcome if it
+ended (and its run was closed), and submits it only if it never was.  The job is submitted
+before its run is made (the run found again by the job's name, the job labelled with it
+after): MLflow's start-up takes place while the job runs.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from paiexp.backends import JobHandle, JobState
@@ -21,6 +21,7 @@ from paiexp.runs import Echo, PreparedJob, follow
 from paiexp.tracking import TERMINAL_RUN_STATUSES
 
 if TYPE_CHECKING:
+    from paiexp.pipeline.tracking import PipelineRuns
     from paiexp.tracking import MlflowTracker
 
 STATUS = {
@@ -35,16 +36,16 @@ class JobStep:
         self,
         name: str,
         job: PreparedJob,
-        tracker: MlflowTracker,
-        tags: Mapping[str, str],
+        runs: PipelineRuns,
+        digest: str,
         *,
         echo: Echo | None,
         say: Echo,
     ) -> None:
         self.name = name
         self.job = job
-        self.tracker = tracker
-        self.tags = dict(tags)
+        self.runs = runs
+        self.digest = digest
         self.echo = echo
         self.say = say
         self.handle: JobHandle | None = None
@@ -52,47 +53,54 @@ class JobStep:
 
     def run(self) -> StepOutcome:
         job, spec, backend = self.job, self.job.spec, self.job.backend
-        tracked = self.tracker.find_run(spec.name)
-        log_path = job.base_dir / ".paiexp" / "logs" / f"{spec.name}.log"
-        if tracked is not None and tracked.status in TERMINAL_RUN_STATUSES:
-            # it ended and its run was closed; the launcher that saw it died before saying so
-            handle = backend.find(spec.name)
-            if handle is None:
-                return StepOutcome(StepStatus.failed, run_id=tracked.run_id, note="job is gone")
-            monitor = JobMonitor(backend, handle, spec, log_path)
-            status = backend.poll([handle])[handle.id]
-            monitor.pull(final=True)
-            return self.outcome(tracked.run_id, monitor.result(status))
-        if tracked is None:
-            record = make_record(job.data, spec, project_dir=job.base_dir, overrides=job.overrides)
-            run_id = self.tracker.create_run(record, run_name=self.name, extra_tags=self.tags)
-            self.tracker.log_record(run_id, record)
-        else:
-            run_id = tracked.run_id
         handle = backend.find(spec.name)
-        logged = None
         if handle is None:
-            labels = {**spec.labels, "paiexp-run": run_id}
             try:
-                handle = backend.submit(dataclasses.replace(spec, labels=labels))
+                handle = backend.submit(spec)
             except (UserError, OSError, RuntimeError) as exc:
-                self.tracker.fail(run_id, f"submission failed: {exc}")
-                return StepOutcome(StepStatus.failed, run_id=run_id, note=f"submission: {exc}")
-            self.tracker.set_tags(
-                run_id, {"paiexp.job_id": handle.id, "paiexp.status": "SUBMITTED"}
-            )
+                return self.not_submitted(f"submission failed: {exc}")
             self.say(f"step {self.name}: job {spec.name} submitted to backend={backend.name}")
-        else:  # a launcher that is gone submitted it: follow it on, metrics logged once
-            names = [definition.name for definition in spec.metric_definitions]
-            logged = self.tracker.logged_steps(run_id, names)
+        else:
             self.say(f"step {self.name}: following job {spec.name} again")
         self.handle = handle
         if self.stopping:
             backend.stop(handle)
+        tracker = self.runs.open()  # MLflow starts up while the job runs
+        log_path = job.base_dir / ".paiexp" / "logs" / f"{spec.name}.log"
+        tracked = tracker.find_run(spec.name)
+        if tracked is not None and tracked.status in TERMINAL_RUN_STATUSES:
+            # it ended and its run was closed; the launcher that saw it died before saying so
+            monitor = JobMonitor(backend, handle, spec, log_path)
+            status = backend.poll([handle])[handle.id]
+            monitor.pull(final=True)
+            return self.outcome(tracked.run_id, monitor.result(status))
+        logged = None
+        if tracked is None:
+            run_id = self.create_run(tracker)
+        else:  # a launcher that is gone followed it: follow it on, metrics logged once
+            run_id = tracked.run_id
+            names = [definition.name for definition in spec.metric_definitions]
+            logged = tracker.logged_steps(run_id, names)
+        backend.label(handle, {"paiexp-run": run_id})
+        tracker.set_tags(run_id, {"paiexp.job_id": handle.id, "paiexp.status": "SUBMITTED"})
         result = follow(
-            backend, handle, spec, self.tracker, run_id, job.base_dir, echo=self.echo, logged=logged
+            backend, handle, spec, tracker, run_id, job.base_dir, echo=self.echo, logged=logged
         )
         return self.outcome(run_id, result)
+
+    def create_run(self, tracker: MlflowTracker) -> str:
+        job = self.job
+        record = make_record(job.data, job.spec, project_dir=job.base_dir, overrides=job.overrides)
+        tags = self.runs.step_tags(self.name, self.digest)
+        run_id = tracker.create_run(record, run_name=self.name, extra_tags=tags)
+        tracker.log_record(run_id, record)
+        return run_id
+
+    def not_submitted(self, reason: str) -> StepOutcome:
+        tracker = self.runs.open()
+        run_id = self.create_run(tracker)
+        tracker.fail(run_id, reason)
+        return StepOutcome(StepStatus.failed, run_id=run_id, note=reason)
 
     def outcome(self, run_id: str, result: JobResult) -> StepOutcome:
         results: dict[str, Any] = {

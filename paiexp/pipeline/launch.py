@@ -27,22 +27,19 @@ def run_pipeline(
     start_again(prepared, check_state(prepared, rerun))
     prepared.state.save()
 
-    from paiexp.tracking import MlflowTracker
-
-    tracker = MlflowTracker(prepared.tracker.uri, prepared.tracker.experiment)
-    runs = PipelineRuns(tracker, prepared)
-    prepared.state.run_id = runs.open()
-    prepared.state.save()
+    runs = PipelineRuns(prepared.tracker, prepared)  # MLflow opens when first needed
     runner = PipelineRunner(prepared, runs, echo=None if quiet else print, say=say)
     outcome = runner.run()
     runs.close(outcome.statuses, interrupted=outcome.interrupted)
-    summarize(prepared, outcome, runs.parent, tracker.uri)
+    summarize(prepared, outcome, prepared.state.run_id, runs.uri)
     if outcome.interrupted:
         return EXIT_INTERRUPTED
     return EXIT_FAILED if outcome.failed else 0
 
 
-def summarize(prepared: PreparedPipeline, outcome: PipelineOutcome, run_id: str, uri: str) -> None:
+def summarize(
+    prepared: PreparedPipeline, outcome: PipelineOutcome, run_id: str | None, uri: str
+) -> None:
     counts: dict[str, int] = {}
     for status in outcome.statuses.values():
         counts[status.value] = counts.get(status.value, 0) + 1

@@ -143,16 +143,15 @@ class PipelineRunner:
             prepared.handle,
         )
         self.state.save()  # before the job exists: a relaunch finds it by this name
-        tags = self.runs.step_tags(name, prepared.digest)
         execution: StepExecution
         if prepared.sweep is not None:
-            execution = SweepStep(name, prepared.sweep, self.runs.tracker, tags)
+            execution = SweepStep(name, prepared.sweep, self.runs, prepared.digest)
         else:
             assert prepared.job is not None
             echo = self.echo
             prefixed = (lambda line: echo(f"[{name}] {line}")) if echo is not None else None
             execution = JobStep(
-                name, prepared.job, self.runs.tracker, tags, echo=prefixed, say=self.say
+                name, prepared.job, self.runs, prepared.digest, echo=prefixed, say=self.say
             )
         how = "following it again" if again else f"{prepared.step.kind} {prepared.handle}"
         self.say(f"step {name}: started ({how})")

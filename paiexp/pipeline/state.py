@@ -13,6 +13,7 @@ import dataclasses
 import fcntl
 import os
 import secrets
+import threading
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -58,8 +59,10 @@ class PipelineState:
     path: Path
     pipeline_id: str = field(default_factory=lambda: secrets.token_hex(4))
     run_id: str | None = None
+    closed_as: str | None = None  # the status the parent run was last closed with
     steps: dict[str, StepRecord] = field(default_factory=dict)
     _lock: TextIO | None = None
+    _writing: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
     def load(cls, base_dir: Path, name: str) -> PipelineState:
@@ -73,15 +76,19 @@ class PipelineState:
         if data is not None:
             self.pipeline_id = data["pipeline_id"]
             self.run_id = data.get("run_id")
+            self.closed_as = data.get("closed_as")
             self.steps = {s: StepRecord.from_dict(record) for s, record in data["steps"].items()}
 
     def save(self) -> None:
-        data = {
-            "pipeline_id": self.pipeline_id,
-            "run_id": self.run_id,
-            "steps": {name: dataclasses.asdict(record) for name, record in self.steps.items()},
-        }
-        write_json_atomic(self.path, data)
+        """Write the file (from any thread: one write at a time)."""
+        with self._writing:
+            data = {
+                "pipeline_id": self.pipeline_id,
+                "run_id": self.run_id,
+                "closed_as": self.closed_as,
+                "steps": {name: dataclasses.asdict(r) for name, r in dict(self.steps).items()},
+            }
+            write_json_atomic(self.path, data)
 
     def lock(self) -> None:
         """Hold the pipeline's lock for the life of this process; a UserError if another

@@ -25,7 +25,7 @@ from paiexp.sweep.tracking_worker import PARENT_RUN_ATTR
 if TYPE_CHECKING:
     from optuna import Study
 
-    from paiexp.tracking import MlflowTracker
+    from paiexp.pipeline.tracking import PipelineRuns
 
 
 class StepSweepTracker(SweepTracker):
@@ -78,24 +78,20 @@ class StepProgress(Progress):
 
 
 class SweepStep:
-    def __init__(
-        self,
-        name: str,
-        prepared: PreparedSweep,
-        tracker: MlflowTracker,
-        tags: Mapping[str, str],
-    ) -> None:
+    def __init__(self, name: str, prepared: PreparedSweep, runs: PipelineRuns, digest: str):
         self.name = name
         self.prepared = prepared
-        self.tracker = tracker
-        self.tags = dict(tags)
+        self.runs = runs
+        self.digest = digest
         self.progress = StepProgress(name, prepared)
 
     def run(self) -> StepOutcome:
         prepared = self.prepared
-        launcher = Launcher(
-            prepared, self.progress, lambda setup: StepSweepTracker(setup, self.tags)
-        )
+
+        def tracker(setup: TrackingSetup) -> StepSweepTracker:
+            return StepSweepTracker(setup, self.runs.step_tags(self.name, self.digest))
+
+        launcher = Launcher(prepared, self.progress, tracker)
         outcome = launcher.run()
         print_summary(
             self.progress.console,
@@ -128,7 +124,7 @@ class SweepStep:
         """The study's best trial: its parameters (fixed ones too), values, job and run."""
         trial = study.best_trial
         job_name = trial.user_attrs.get(JOB_NAME)
-        run = self.tracker.find_run(job_name) if job_name else None
+        run = self.runs.tracker.find_run(job_name) if job_name else None
         backend = self.prepared.backend
         handle = backend.find(job_name) if job_name else None
         objectives = self.prepared.objectives

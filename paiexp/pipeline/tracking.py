@@ -8,14 +8,16 @@ run.  Every MLflow call goes through :class:`paiexp.tracking.MlflowTracker`.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from paiexp.pipeline.state import StepStatus
 from paiexp.redact import redact_override
-from paiexp.tracking import PARENT_RUN_TAG
+from paiexp.tracking import PARENT_RUN_TAG, tracking_uri
 
 if TYPE_CHECKING:
+    from paiexp.config import TrackerConfig
     from paiexp.pipeline.prepare import PreparedPipeline
     from paiexp.tracking import MlflowTracker
 
@@ -25,25 +27,50 @@ STEP_STATUS_TAG = "paiexp.step_status"
 
 
 class PipelineRuns:
-    def __init__(self, tracker: MlflowTracker, prepared: PreparedPipeline) -> None:
-        self.tracker = tracker
+    """The pipeline's runs, with MLflow opened on first use (in whichever step's thread needs
+    it first): a job step submits its job before that, so MLflow's start-up overlaps the job,
+    and a launch that finds nothing to do never imports MLflow."""
+
+    def __init__(self, config: TrackerConfig, prepared: PreparedPipeline) -> None:
+        self.config = config
         self.prepared = prepared
         self.parent = ""
+        self._tracker: MlflowTracker | None = None
+        self._opening = threading.Lock()
 
-    def open(self) -> str:
-        """The pipeline's parent run (found again, or created), marked RUNNING."""
+    @property
+    def tracker(self) -> MlflowTracker:
+        return self.open()
+
+    def open(self) -> MlflowTracker:
+        """The tracker, the pipeline's parent run found again (or created), marked RUNNING."""
+        with self._opening:
+            if self._tracker is None:
+                from paiexp.tracking import MlflowTracker
+
+                tracker = MlflowTracker(self.config.uri, self.config.experiment)
+                self.parent = self._open(tracker)
+                self._tracker = tracker
+            return self._tracker
+
+    @property
+    def uri(self) -> str:
+        return tracking_uri(self.config.uri)
+
+    def _open(self, tracker: MlflowTracker) -> str:
         state = self.prepared.state
-        known = self.tracker.get_run(state.run_id) if state.run_id else None
-        if known is not None and known.experiment_id == self.tracker.experiment_id:
+        known = tracker.get_run(state.run_id) if state.run_id else None
+        if known is not None and known.experiment_id == tracker.experiment_id:
             run_id = known.run_id
         else:
-            found = self.tracker.find_tagged_run(PIPELINE_ID_TAG, state.pipeline_id)
-            run_id = found.run_id if found else self._create()
-        self.tracker.set_status(run_id, "RUNNING")
-        self.parent = run_id
+            found = tracker.find_tagged_run(PIPELINE_ID_TAG, state.pipeline_id)
+            run_id = found.run_id if found else self._create(tracker)
+        tracker.set_status(run_id, "RUNNING")
+        state.run_id, state.closed_as = run_id, None
+        state.save()
         return run_id
 
-    def _create(self) -> str:
+    def _create(self, tracker: MlflowTracker) -> str:
         graph = self.prepared.graph
         tags = {
             PIPELINE_ID_TAG: self.prepared.state.pipeline_id,
@@ -56,13 +83,14 @@ class PipelineRuns:
             "paiexp.project_dir": str(self.prepared.preparer.base_dir),
             "paiexp.overrides": " ".join(map(redact_override, self.prepared.overrides)),
         }
-        run_id = self.tracker.create_tagged_run(graph.name, tags)
+        run_id = tracker.create_tagged_run(graph.name, tags)
         if self.prepared.source.is_file():
-            self.tracker.log_artifact(run_id, self.prepared.source, "pipeline")
+            tracker.log_artifact(run_id, self.prepared.source, "pipeline")
         return run_id
 
     def step_tags(self, step: str, digest: str) -> dict[str, str]:
         """What each step's run carries: its place in the pipeline and its config's digest."""
+        self.open()
         return {
             PARENT_RUN_TAG: self.parent,
             PIPELINE_ID_TAG: self.prepared.state.pipeline_id,
@@ -73,6 +101,7 @@ class PipelineRuns:
 
     def skipped(self, step: str, why: str, seen: Mapping[str, Any]) -> str:
         """A closed run recording a step that did not run: the reason and the values seen."""
+        tracker = self.open()
         tags = {
             PARENT_RUN_TAG: self.parent,
             PIPELINE_ID_TAG: self.prepared.state.pipeline_id,
@@ -85,8 +114,8 @@ class PipelineRuns:
         if when is not None and seen:
             tags["paiexp.when"] = when.text
             tags["paiexp.when_values"] = "; ".join(f"{k} = {v!r}" for k, v in seen.items())
-        run_id = self.tracker.create_tagged_run(step, tags)
-        self.tracker.terminate(run_id, "FINISHED")
+        run_id = tracker.create_tagged_run(step, tags)
+        tracker.terminate(run_id, "FINISHED")
         return run_id
 
     def step_ended(self, run_id: str | None, status: StepStatus) -> None:
@@ -94,8 +123,16 @@ class PipelineRuns:
             self.tracker.set_tags(run_id, {STEP_STATUS_TAG: status.value})
 
     def close(self, statuses: Mapping[str, StepStatus], *, interrupted: bool) -> None:
-        tags = {f"paiexp.step.{name}": status.value for name, status in statuses.items()}
-        self.tracker.set_tags(self.parent, tags)
+        """Close the parent run with the launch's outcome (untouched when this launch did
+        nothing and it was closed so already)."""
         failed = any(not status.ok for status in statuses.values())
         run_status = "KILLED" if interrupted else "FAILED" if failed else "FINISHED"
-        self.tracker.terminate(self.parent, run_status)
+        state = self.prepared.state
+        if self._tracker is None and state.closed_as == run_status:
+            return
+        tracker = self.open()
+        tags = {f"paiexp.step.{name}": status.value for name, status in statuses.items()}
+        tracker.set_tags(self.parent, tags)
+        tracker.terminate(self.parent, run_status)
+        state.closed_as = run_status
+        state.save()
