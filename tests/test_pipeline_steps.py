@@ -3,6 +3,7 @@ same time, a failed step's next attempt, a changed completed step, --rerun."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -53,6 +54,13 @@ def test_false_condition_skips_the_step_and_its_dependents(tmp_path: Path) -> No
     assert again.returncode == 0, again.stderr
     assert len(job_dirs(root)) == 2
     assert {s: len(r) for s, r in pipeline_runs(root)[1].items()} == dict.fromkeys(steps, 1)
+    # a state file that lost its parent run's id finds the run again by the pipeline's id
+    lost = state(root, "branch") | {"run_id": None, "closed_as": None}
+    (root / ".paiexp" / "pipelines" / "branch.json").write_text(json.dumps(lost))
+    found = run_paiexp(root, "+pipeline=branch")
+    assert found.returncode == 0, found.stderr
+    assert pipeline_runs(root)[0].info.run_id == parent.info.run_id
+    assert state(root, "branch")["run_id"] == parent.info.run_id
 
     # A completed step whose config changed is a one-line error, unless --rerun asks for it
     steps["first"] = {"overrides": hyperparameters(x=3.0)}

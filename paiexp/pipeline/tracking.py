@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from paiexp.pipeline.prepare import PreparedPipeline
     from paiexp.tracking import MlflowTracker
 
-PIPELINE_ID_TAG = "paiexp.pipeline_id"
+PIPELINE_ID_TAG = "paiexp.pipeline_id"  # the parent run's only
 STEP_TAG = "paiexp.pipeline_step"
 STEP_STATUS_TAG = "paiexp.step_status"
 
@@ -93,7 +93,6 @@ class PipelineRuns:
         self.open()
         return {
             PARENT_RUN_TAG: self.parent,
-            PIPELINE_ID_TAG: self.prepared.state.pipeline_id,
             "paiexp.pipeline": self.prepared.graph.name,
             STEP_TAG: step,
             "paiexp.step_digest": digest,
@@ -104,7 +103,6 @@ class PipelineRuns:
         tracker = self.open()
         tags = {
             PARENT_RUN_TAG: self.parent,
-            PIPELINE_ID_TAG: self.prepared.state.pipeline_id,
             "paiexp.pipeline": self.prepared.graph.name,
             STEP_TAG: step,
             STEP_STATUS_TAG: StepStatus.skipped.value,
