@@ -147,3 +147,38 @@ def test_ctrl_c_stops_the_running_steps_and_starts_no_more(tmp_path: Path) -> No
     parent, runs, _ = pipeline_runs(root)
     assert parent.info.status == "KILLED"
     assert runs["slow"][0].info.status == "KILLED" and "after" not in runs
+
+
+def test_a_sweep_steps_best_point_feeds_a_later_step_value_by_value(tmp_path: Path) -> None:
+    sweep = {
+        "params": {"x": "interval(-1, 1)", "duration": 0.2, "steps": 2},  # two of them fixed
+        "n_trials": 2,
+        "sampler": {"name": "random", "seed": 1},
+    }
+    root = synthetic_project(tmp_path, sweep)
+    steps = {
+        "search": {"sweep": "syn"},
+        "check": {
+            "depends": ["search"],
+            "when": "steps.search.best.value < 1",
+            "overrides": {
+                "job.hyperparameters.x": "${steps.search.best.params.x}",
+                "job.hyperparameters.steps": "${steps.search.best.params.steps}",
+                "job.labels.best_trial": "trial-${steps.search.best.trial}",
+            },
+        },
+    }
+    write_pipeline(root, "tune", steps)
+    done = run_paiexp(root, "+pipeline=tune")
+    assert done.returncode == 0, done.stderr
+    assert statuses(root, "tune") == {"search": "succeeded", "check": "succeeded"}
+    search = state(root, "tune")["steps"]["search"]["results"]
+    best = search["best"]
+    assert best["params"] == {"x": best["params"]["x"], "duration": 0.2, "steps": 2}
+    _, runs, trials = pipeline_runs(root)
+    (check,) = runs["check"]
+    assert float(check.data.params["x"]) == best["params"]["x"]
+    assert check.data.metrics["score"] == pytest.approx(best["value"])  # the same point again
+    config = state(root, "tune")["steps"]["check"]["config"]["job"]
+    assert config["labels"]["best_trial"] == f"trial-{best['trial']}"
+    assert {t.data.tags["mlflow.parentRunId"] for t in trials} == {search["run_id"]}
