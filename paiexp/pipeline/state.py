@@ -42,7 +42,7 @@ class StepStatus(StrEnum):
 class StepRecord:
     status: StepStatus
     attempt: int = 0
-    digest: str | None = None
+    digest: str | None = None  # of its config (a skipped step's: of why, and what it saw)
     config: dict[str, Any] | None = None  # the resolved config, secrets redacted
     handle: str | None = None  # the job's name, or the sweep's study name
     run_id: str | None = None
