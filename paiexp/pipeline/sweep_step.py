@@ -16,11 +16,11 @@ from paiexp.pipeline.execution import StepOutcome
 from paiexp.pipeline.shapes import best_params
 from paiexp.pipeline.state import StepStatus
 from paiexp.sweep.launcher import Launcher, PreparedSweep
+from paiexp.sweep.opening import PARENT_RUN_ATTR
 from paiexp.sweep.progress import Progress, RunningSweep, print_summary
 from paiexp.sweep.records import JOB_NAME
 from paiexp.sweep.tracking import SweepTracker
 from paiexp.sweep.tracking_messages import TrackingSetup
-from paiexp.sweep.tracking_worker import PARENT_RUN_ATTR
 
 if TYPE_CHECKING:
     from optuna import Study
