@@ -8,6 +8,8 @@
     paiexp init [DIR]                  write a starter project (conf/, sweeps/, examples/)
     paiexp download RUN_ID DEST        fetch a run's model (or --channel NAME) from OSS
     paiexp images [--framework NAME]   list official PAI training images
+    paiexp report [SWEEP | RUN_ID]     a sweep's top trials, and its plots as one HTML file
+    paiexp import pai JOB_ID... | --label K=V | --since DATE   PAI jobs made elsewhere as runs
 
 A user mistake is one line on stderr and exit code 2, before any job or run exists.
 """
@@ -138,7 +140,7 @@ def attach_command(argv: Sequence[str]) -> int:
     run_id, result = attach(tracker, args.job_name, echo=None if args.quiet else print)
     if result is None:
         return 0
-    summarize(run_id, result, tracker.uri)
+    summarize(run_id, result, tracker.uri, tracker.experiment_id)
     return 0 if result.status.state.value == "SUCCEEDED" else EXIT_JOB_FAILED
 
 
@@ -210,6 +212,45 @@ def images_command(argv: Sequence[str]) -> int:
     return 0
 
 
+def report_command(argv: Sequence[str]) -> int:
+    parser = _parser("paiexp report", "A sweep's top trials, and its plots as one HTML file.")
+    parser.add_argument("target", metavar="SWEEP|RUN_ID", help="a sweep's name or an MLflow run")
+    parser.add_argument("--output", "-o", help="the HTML file (default: reports/STUDY.html)")
+    parser.add_argument("--top", type=int, default=10, help="trials in the table (default: 10)")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. sweep.storage=...")
+    args = parser.parse_intermixed_args(argv)
+
+    from paiexp.compose import locate_project
+    from paiexp.report import report
+
+    project = locate_project(args.config_dir, args.config_name)
+    return report(project, args.target, args.overrides, args.output, args.top)
+
+
+def import_command(argv: Sequence[str]) -> int:
+    parser = _parser("paiexp import", "Track training jobs started elsewhere as MLflow runs.")
+    parser.add_argument("platform", choices=["pai"], help="where the jobs ran")
+    parser.add_argument(
+        "items",
+        nargs="*",
+        metavar="JOB_ID|KEY=VALUE",
+        help="PAI training job ids, and Hydra overrides (backend.workspace_id=...)",
+    )
+    parser.add_argument(
+        "--label", action="append", default=[], metavar="KEY=VALUE", help="jobs with this label"
+    )
+    parser.add_argument("--since", metavar="DATE", help="jobs created at or after DATE (UTC)")
+    args = parser.parse_intermixed_args(argv)
+
+    from paiexp.compose import locate_project
+    from paiexp.importing import JobSelection, import_pai
+
+    job_ids = [item for item in args.items if "=" not in item]
+    selection = JobSelection.parse(job_ids, args.label, args.since)
+    project = locate_project(args.config_dir, args.config_name)
+    return import_pai(project, selection, [item for item in args.items if "=" in item])
+
+
 def print_config(cfg: DictConfig, package: str | None, resolve: bool) -> int:
     from omegaconf import OmegaConf
 
@@ -225,7 +266,7 @@ def _run(job: PreparedJob, *, quiet: bool, extra_tags: dict[str, str] | None = N
 
     tracker = open_tracker(job.config)
     run_id, result = execute(job, tracker, echo=None if quiet else print, extra_tags=extra_tags)
-    summarize(run_id, result, tracker.uri)
+    summarize(run_id, result, tracker.uri, tracker.experiment_id)
     return 0 if result.status.state.value == "SUCCEEDED" else EXIT_JOB_FAILED
 
 
@@ -256,4 +297,6 @@ COMMANDS = {
     "init": init_command,
     "download": download_command,
     "images": images_command,
+    "report": report_command,
+    "import": import_command,
 }

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from paiexp.backends import Backend, BackendUnavailable, JobHandle, create_backend
+from paiexp.browse import browse_lines
 from paiexp.compose import Project, compose, from_yaml, to_container, to_object
 from paiexp.config import Config
 from paiexp.errors import UserError
@@ -172,8 +173,10 @@ def attach(
     )
 
 
-def summarize(run_id: str, result: JobResult, tracker_uri: str) -> None:
-    """What a person wants to see when a run ends."""
+def summarize(
+    run_id: str, result: JobResult, tracker_uri: str, experiment_id: str | None = None
+) -> None:
+    """What a person wants to see when a run ends, and where to browse it."""
     status = result.status
     took = ""
     if status.started_at and status.ended_at:
@@ -188,7 +191,9 @@ def summarize(run_id: str, result: JobResult, tracker_uri: str) -> None:
         _say(f"  model: {result.model_uri}")
     for warning in result.warnings:
         _say(f"warning: {warning}")
-    _say(f"  MLflow run {run_id}; browse with: mlflow ui --backend-store-uri {tracker_uri}")
+    _say(f"  MLflow run {run_id}")
+    for line in browse_lines(tracker_uri, experiment_id, run_id):
+        _say(f"  {line}")
 
 
 def _say(message: str) -> None:

@@ -35,6 +35,9 @@ SWEEP_ID_TAG = "paiexp.sweep_id"
 KIND_TAG = "paiexp.kind"
 BEST_TAG = "paiexp.best"
 PARENT_RUN_TAG = "mlflow.parentRunId"
+# The MLflow UI opens an experiment on the view its kind names: training runs, not GenAI traces.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+TRAINING_EXPERIMENT = "custom_model_development"
 CONFIG_ARTIFACT = "config/resolved.yaml"
 SPEC_ARTIFACT = "job/spec.json"
 HYPERPARAMETERS_ARTIFACT = "job/hyperparameters.json"
@@ -121,9 +124,17 @@ class MlflowTracker:
 
         experiment = self._client.get_experiment_by_name(name)
         if experiment is not None:
+            if EXPERIMENT_KIND_TAG not in experiment.tags:  # made before paiexp tagged it
+                self._client.set_experiment_tag(
+                    experiment.experiment_id, EXPERIMENT_KIND_TAG, TRAINING_EXPERIMENT
+                )
             return str(experiment.experiment_id)
         try:
-            return str(self._client.create_experiment(name))
+            return str(
+                self._client.create_experiment(
+                    name, tags={EXPERIMENT_KIND_TAG: TRAINING_EXPERIMENT}
+                )
+            )
         except MlflowException:  # created concurrently by another launcher
             experiment = self._client.get_experiment_by_name(name)
             if experiment is None:
@@ -385,6 +396,46 @@ class MlflowTracker:
             return _tracked(self._client.get_run(run_id))
         except MlflowException:
             return None
+
+    def run_params(self, run_id: str) -> dict[str, str]:
+        """A run's params."""
+        return dict(self._client.get_run(run_id).data.params)
+
+    def runs_tagged(self, key: str, values: Iterable[str]) -> dict[str, str]:
+        """The run of this experiment tagged ``key`` = each value (the oldest), by value."""
+        found = {}
+        for value in values:
+            runs = self._search(f"tags.`{key}` = '{value}'")
+            if runs:
+                found[value] = str(min(runs, key=_age).info.run_id)
+        return found
+
+    def create_ended_run(
+        self,
+        run_name: str,
+        *,
+        start_time: float,
+        end_time: float,
+        status: str,
+        tags: Mapping[str, str | None],
+        params: Mapping[str, str],
+        points: Iterable[MetricPoint],
+        unique_tag: tuple[str, str],
+    ) -> str:
+        """A run of something that ran elsewhere, already ended (times in epoch seconds):
+        created with its tags, then its params and metrics in one batch, then closed.  The
+        oldest run carrying ``unique_tag`` (key, value) is kept (see :meth:`_resolve`)."""
+        run = self._client.create_run(
+            self.experiment_id,
+            start_time=int(start_time * 1000),
+            run_name=run_name,
+            tags={k: _clip(v) for k, v in tags.items() if v is not None},
+        )
+        run_id = str(run.info.run_id)
+        self._client.log_batch(run_id, metrics=_metrics(points), params=_params(params))
+        self._client.set_terminated(run_id, status=status, end_time=int(end_time * 1000))
+        key, value = unique_tag
+        return self._resolve(run_id, f"tags.`{key}` = '{value}'")
 
     def load_text(self, run_id: str, artifact: str) -> str:
         import mlflow

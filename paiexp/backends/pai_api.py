@@ -132,6 +132,21 @@ class PaiApi:
         )
         return list(body.get("Logs") or []), int(body.get("TotalCount") or 0)
 
+    def list_metrics(self, job_id: str, page: int, size: int) -> tuple[list[dict[str, Any]], int]:
+        """ListTrainingJobMetrics: one page of the job's metric points, oldest first."""
+        from alibabacloud_paistudio20220112 import models
+
+        request = models.ListTrainingJobMetricsRequest(
+            page_number=page, page_size=size, order="asc"
+        )
+        body = self._call(
+            "ListTrainingJobMetrics",
+            lambda: self.studio.list_training_job_metrics_with_options(
+                job_id, request, {}, self.runtime
+            ),
+        )
+        return list(body.get("Metrics") or []), int(body.get("TotalCount") or 0)
+
     def latest_metrics(self, job_id: str) -> dict[str, float]:
         from alibabacloud_paistudio20220112 import models
 

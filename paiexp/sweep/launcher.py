@@ -119,6 +119,7 @@ class SweepOutcome:
     interrupted: bool
     tracker_uri: str | None
     tracking_errors: list[str]
+    experiment_id: str | None = None
 
 
 class Launcher:
@@ -171,6 +172,7 @@ class Launcher:
             bool(scheduler.interrupts),
             uri,
             tracker.errors,
+            tracker.experiment_id,
         )
 
 

@@ -13,11 +13,14 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from paiexp.browse import browse_lines
 from paiexp.redact import redact_url
+from paiexp.sweep.opening import PARENT_RUN_ATTR
 from paiexp.sweep.records import RETRIED
 
 if TYPE_CHECKING:
     from optuna import Study
+    from optuna.trial import FrozenTrial
 
     from paiexp.sweep.launcher import SweepOutcome
     from paiexp.sweep.study import Objective
@@ -112,13 +115,28 @@ class Progress:
     def best(self, study: Study) -> None:
         from optuna.trial import TrialState
 
-        if not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-            return
+        complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if complete:
+            self.show_best(best_of(study, self.objectives, complete))
+
+    def show_best(self, best: Sequence[FrozenTrial]) -> None:
+        """The best trial (one objective) or the Pareto front, as :func:`best_of` gives."""
         if len(self.objectives) == 1:
-            best = study.best_trial
-            self.best_text = f"{self.objectives[0].metric}={best.value:.6g} (trial {best.number})"
+            value = best[0].values[0]
+            self.best_text = f"{self.objectives[0].metric}={value:.6g} (trial {best[0].number})"
         else:
-            self.best_text = f"{len(study.best_trials)} on the Pareto front"
+            self.best_text = f"{len(best)} on the Pareto front"
+
+
+def best_of(
+    study: Study, objectives: Sequence[Objective], complete: Sequence[FrozenTrial]
+) -> list[FrozenTrial]:
+    """The best of the ``complete`` trials (Optuna's first best of one objective, in one
+    pass, without a copy), or the study's Pareto front."""
+    if len(objectives) > 1:
+        return study.best_trials
+    pick = max if objectives[0].direction == "maximize" else min
+    return [pick(complete, key=lambda t: t.values[0])]
 
 
 def print_summary(
@@ -129,30 +147,10 @@ def print_summary(
     study_name: str,
 ) -> None:
     """Top trials, best parameters, and how to browse the results."""
-    from optuna.trial import TrialState
-
     study = outcome.study
-    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    if complete:
-        if len(objectives) == 1:
-            reverse = objectives[0].direction == "maximize"
-            top = sorted(complete, key=lambda t: t.values[0], reverse=reverse)[:TOP_TRIALS]
-        else:
-            top = study.best_trials[:TOP_TRIALS]
-        table = Table(title=f"top trials of study {study_name}")
-        table.add_column("trial", justify="right")
-        for objective in objectives:
-            table.add_column(objective.metric, justify="right")
-        names = sorted({name for trial in top for name in trial.params})
-        for name in names:
-            table.add_column(name, justify="right")
-        for trial in top:
-            table.add_row(
-                str(trial.number),
-                *(f"{v:.6g}" for v in trial.values),
-                *(_short(trial.params.get(name)) for name in names),
-            )
-        console.print(table)
+    top = top_trials(study, objectives)
+    if top:
+        console.print(trials_table(top, objectives, f"top trials of study {study_name}"))
         if len(objectives) == 1:
             console.print(f"best params: {study.best_trial.params}")
     else:
@@ -166,10 +164,54 @@ def print_summary(
             markup=False,
         )
     if outcome.tracker_uri:
-        console.print(
-            f"browse runs:   mlflow ui --backend-store-uri {outcome.tracker_uri}", markup=False
-        )
+        parent_run = study.user_attrs.get(PARENT_RUN_ATTR)
+        for line in browse_lines(outcome.tracker_uri, outcome.experiment_id, parent_run):
+            console.print(line, markup=False, highlight=False)
     console.print(f"browse study:  optuna-dashboard {redact_url(storage)}", markup=False)
+
+
+def top_trials(
+    study: Study, objectives: Sequence[Objective], limit: int = TOP_TRIALS
+) -> list[FrozenTrial]:
+    """The best complete trials, best first (several objectives: the Pareto front)."""
+    from optuna.trial import TrialState
+
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if not complete:
+        return []
+    if len(objectives) > 1:
+        return list(study.best_trials[:limit])
+    reverse = objectives[0].direction == "maximize"
+    return sorted(complete, key=lambda t: t.values[0], reverse=reverse)[:limit]
+
+
+def trial_rows(
+    trials: Sequence[FrozenTrial], objectives: Sequence[Objective]
+) -> tuple[list[str], list[list[str]]]:
+    """(column names, one row of text per trial): number, objective values, params."""
+    names = sorted({name for trial in trials for name in trial.params})
+    header = ["trial", *(o.metric for o in objectives), *names]
+    rows = [
+        [
+            str(trial.number),
+            *(f"{v:.6g}" for v in trial.values),
+            *(_short(trial.params.get(name)) for name in names),
+        ]
+        for trial in trials
+    ]
+    return header, rows
+
+
+def trials_table(
+    trials: Sequence[FrozenTrial], objectives: Sequence[Objective], title: str
+) -> Table:
+    header, rows = trial_rows(trials, objectives)
+    table = Table(title=title)
+    for name in header:
+        table.add_column(name, justify="right")
+    for row in rows:
+        table.add_row(*row)
+    return table
 
 
 def _short(value: Any) -> str:

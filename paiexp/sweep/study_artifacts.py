@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import functools
+import importlib.abc
 import logging
 import sys
+import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -19,28 +21,50 @@ def warm_up() -> None:
 
 
 def _plot_modules() -> tuple[Any, Any]:
-    """``matplotlib.pyplot`` (Agg) and ``optuna.visualization.matplotlib``.
-
-    ``optuna.importance`` imports scikit-learn (over a CPU-second, with SciPy's statistics)
-    for its fANOVA and mean-decrease-impurity evaluators only; the importances plot uses
-    PED-ANOVA (NumPy only), so Optuna is imported with scikit-learn unavailable, when nothing
-    imported it before.  Optuna defers that ImportError to those evaluators' use.
-    """
+    """``matplotlib.pyplot`` (Agg) and ``optuna.visualization.matplotlib``, with
+    ``optuna.importance`` imported without scikit-learn (:func:`import_importance`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    blocked = "sklearn.ensemble" not in sys.modules
-    if blocked:
-        sys.modules["sklearn.ensemble"] = None  # type: ignore[assignment]  # ImportError
-    try:
-        import optuna.importance  # noqa: F401  (here, while scikit-learn is unavailable)
-        import optuna.visualization.matplotlib as plot
-    finally:
-        if blocked and sys.modules.get("sklearn.ensemble") is None:
-            sys.modules.pop("sklearn.ensemble", None)
+    import_importance()
+    import optuna.visualization.matplotlib as plot
+
     return plt, plot
+
+
+class _NoScikitLearn(importlib.abc.MetaPathFinder):
+    """Refuses ``sklearn`` and its submodules to the thread that installed it, and only to
+    imports not done already: other threads, and the modules in ``sys.modules``, see no
+    difference, and nothing of the refusal stays once it is removed."""
+
+    def __init__(self) -> None:
+        self.thread = threading.get_ident()
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> None:
+        if threading.get_ident() == self.thread and name.partition(".")[0] == "sklearn":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+def import_importance() -> None:
+    """Import ``optuna.importance`` without scikit-learn, unless it is imported already.
+
+    Its package imports the fANOVA and mean-decrease-impurity evaluators, which import
+    ``sklearn.ensemble`` (over a CPU-second, with SciPy's statistics) at once, deferring an
+    ImportError to their use; importing PED-ANOVA's module directly still runs that package
+    first.  paiexp uses PED-ANOVA only (Optuna's default, NumPy only), so scikit-learn is
+    refused to this one import, on this thread.
+    """
+    if "optuna.importance" in sys.modules:
+        return
+    refusal = _NoScikitLearn()
+    sys.meta_path.insert(0, refusal)
+    try:
+        import optuna.importance  # noqa: F401
+    finally:
+        sys.meta_path.remove(refusal)
 
 
 def study_artifacts(study: Any, directory: Path) -> list[tuple[str, Path]]:

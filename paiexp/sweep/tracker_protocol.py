@@ -38,6 +38,7 @@ class Tracker(ABC):
     def __init__(self) -> None:
         self._fatal: str | None = None
         self._run_ids: dict[str, str] = {}
+        self.experiment_id: str | None = None  # once closed: the runs' MLflow experiment
         self.errors: list[str] = []
 
     @abstractmethod

@@ -61,8 +61,9 @@ class SweepTracker(Tracker):
                     self.errors.append(text)
                     if fatal:
                         self._fatal = text
-                case Closed(uri=uri):
+                case Closed(uri=uri, experiment_id=experiment_id):
                     self.uri = uri
+                    self.experiment_id = experiment_id
                     return
 
     def close(self) -> str | None:

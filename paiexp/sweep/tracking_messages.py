@@ -167,9 +167,11 @@ class CallFailed:
 
 @dataclass(frozen=True)
 class Closed:
-    """Every call is done; ``uri`` is the tracking URI, None when MLflow never opened."""
+    """Every call is done; ``uri`` is the tracking URI, None when MLflow never opened, and
+    ``experiment_id`` the experiment the runs are in."""
 
     uri: str | None
+    experiment_id: str | None = None
 
 
 Reply = RunCreated | CallFailed | Closed

@@ -90,7 +90,8 @@ def serve(setup: TrackingSetup, calls: Any, replies: Any, launcher_pid: int) -> 
                 warm_up()
             continue
         if isinstance(message, Close):
-            replies.put(Closed(worker.tracker.uri if worker.opened else None))
+            tracker = worker.tracker if worker.opened else None
+            replies.put(Closed(*((tracker.uri, tracker.experiment_id) if tracker else (None,))))
             _exit(replies)
         if worker.fatal:
             continue
