@@ -51,6 +51,7 @@ assert json.load(open("/ml/input/config/hyperparameters.json")) == hps
 assert os.path.samefile("/ml/code", "/ml/usercode") and os.path.islink("/ml/code")
 assert sorted(os.listdir("/ml/usercode")) == ["lib", "train.py"]
 assert open("/ml/input/data/train/train.csv").read() == open(os.environ["PAI_INPUT_TRAIN"]).read()
+assert 1 <= int(os.environ["OMP_NUM_THREADS"]) <= os.cpu_count()  # its share of the machine
 assert json.loads(os.environ["PAI_HPS"]) == hps
 assert os.environ["PAI_HPS_LEARNING_RATE"] == "0.5"
 assert sys.argv[1:] == ["--epochs", "3", "--learning_rate", "0.5"], sys.argv

@@ -90,3 +90,10 @@ def test_launchers_started_together_share_the_study_and_its_runs(tmp_path: Path)
     numbers = sorted(int(c.data.tags["paiexp.trial_number"]) for c in children)
     assert numbers == list(range(N_TRIALS))
     assert {c.info.status for c in children} == {"FINISHED"}
+    assert parents[0].info.status == "FINISHED"  # closed by the last launcher to finish
+    best = [
+        c.data.tags["paiexp.trial_number"]
+        for c in children
+        if c.data.tags.get("paiexp.best") == "true"
+    ]
+    assert best == [str(load_study(root).best_trial.number)]

@@ -129,11 +129,17 @@ def test_launchers_sharing_a_study_share_its_parent_run_and_best_tag(tmp_path: P
     experiment = client.get_run(leader.parent_run_id).info.experiment_id
     assert [r.info.run_id for r in client.search_runs([experiment])] == [leader.parent_run_id]
 
-    # Each tags its view of the best; the last one's holds, whoever made that run.
+    # Each tags its view of the best, whoever made that run; an earlier view (fewer complete
+    # trials) arriving late changes nothing.
     leader.apply(start_child("job-0", 0))
     follower.apply(start_child("job-1", 1))
-    leader.apply(UpdateBest({"best_score": 0.5}, 1, {}, "job-0"))
-    follower.apply(UpdateBest({"best_score": 0.25}, 2, {}, "job-1"))
+    leader.apply(UpdateBest({"best_score": 0.5}, 1, {"paiexp.best_trial": "0"}, "job-0"))
+    follower.apply(UpdateBest({"best_score": 0.25}, 2, {"paiexp.best_trial": "1"}, "job-1"))
+    stale = TrackingWorker(setup)
+    stale.apply(open_parent("sweep-1", None, leader=False))
+    stale.runs["job-0"] = leader.runs["job-0"]
+    stale.apply(UpdateBest({"best_score": 0.5}, 1, {"paiexp.best_trial": "0"}, "job-0"))
+    assert client.get_run(leader.parent_run_id).data.tags["paiexp.best_trial"] == "1"
     best = {
         job: client.get_run(w.runs[job]).data.tags["paiexp.best"]
         for w, job in ((leader, "job-0"), (follower, "job-1"))

@@ -59,6 +59,9 @@ IDLE_SECONDS_BEFORE_WARM_UP = 0.1
 # A launcher sharing a study waits this long for the leader's parent run, looking this often.
 PARENT_WAIT_SECONDS = 120.0
 PARENT_POLL_SECONDS = 0.5
+# On the parent run: how many complete trials its best was taken from (a launcher sharing the
+# study never overwrites a later view with an earlier one).
+COMPLETE_TRIALS_TAG = "paiexp.complete_trials"
 
 
 def _yield_cpu() -> None:
@@ -243,9 +246,17 @@ class TrackingWorker:
         return None
 
     def update_best(self, call: UpdateBest) -> None:
+        """The study's best on the parent run and the best trial's run tagged, unless another
+        launcher sharing the study published a later view (more complete trials) already."""
         now = time.time()
         points = [MetricPoint(name, value, call.step, now) for name, value in call.metrics.items()]
-        self.tracker.log_metrics(self.parent_run_id, points, tags=call.tags)
+        parent = self.tracker.get_run(self.parent_run_id)
+        published = int(parent.tags.get(COMPLETE_TRIALS_TAG, -1)) if parent else -1
+        if call.step < published:
+            self.tracker.log_metrics(self.parent_run_id, points)  # steps: history only
+            return
+        tags = {**call.tags, COMPLETE_TRIALS_TAG: str(call.step)}
+        self.tracker.log_metrics(self.parent_run_id, points, tags=tags)
         if call.best_job is None or call.best_job == self._best_job:
             return
         best_run_id = self.runs.get(call.best_job)

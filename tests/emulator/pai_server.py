@@ -98,6 +98,7 @@ KILL_GRACE_SECONDS = 1.0
 ACCOUNT_UID = "1605338126478013"
 # What a job inherits from the emulator's environment (no credentials, no host PYTHONPATH).
 HOST_ENV = re.compile(r"PATH|HOME|USER|LANG|LANGUAGE|LC_\w+|TZ|TMPDIR|PIP_\w+|(?i:\w+_proxy)")
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 PAGE_SIZE = 20  # ListImages documents 20 as its default; assumed for the others too
 # Keys the ListTrainingJobs items carry (ListTrainingJobsResponseBodyTrainingJobs).
 LIST_KEYS = frozenset(
@@ -933,7 +934,16 @@ class PaiServer:
         return None
 
     def _environment(self, job: _Job, layout: contract.JobLayout) -> dict[str, str]:
-        """The job's Environments and every ``PAI_*`` variable of the contract for ``layout``."""
+        """The job's Environments and every ``PAI_*`` variable of the contract for ``layout``.
+
+        On PAI a job has its instances to itself; here the jobs in flight share this machine,
+        so each one's OpenMP/BLAS threads are its share of the CPUs (a job's Environments may
+        say otherwise): N jobs each spinning a thread per core would slow one another down
+        several times over.
+        """
+        with self._lock:
+            jobs = sum(other.status not in TERMINAL for other in self._jobs.values())
+        threads = str(max(1, (os.cpu_count() or 1) // max(1, jobs)))
         request = job.request
         hps = {hp["Name"]: hp["Value"] for hp in request.get("HyperParameters") or []}
         inputs = {
@@ -945,7 +955,7 @@ class PaiServer:
             for channel in request.get("InputChannels") or []
         }
         outputs = [channel["Name"] for channel in request.get("OutputChannels") or []]
-        env = dict(request.get("Environments") or {})
+        env = dict.fromkeys(THREAD_VARIABLES, threads) | (request.get("Environments") or {})
         return env | contract.environment(layout, hps, inputs, outputs)
 
     def _execute(self, job: _Job) -> tuple[str, str | None, str | None]:
