@@ -1,0 +1,145 @@
+"""What a person sees in a browser (headless Chromium from Debian, its DOM dumped once the
+page settled): the MLflow UI at the URLs a sweep prints, and the HTML of `paiexp report`."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import clean_env, mlflow_client, run_paiexp, wait_until
+from sweep_helpers import sweep_runs, synthetic_project
+
+pytestmark = pytest.mark.slow
+
+N_TRIALS = 3
+SWEEP = {
+    "params": {"x": "interval(-1, 1)"},
+    "n_trials": N_TRIALS,
+    "parallelism": 2,
+    "sampler": {"name": "random", "seed": 0},
+}
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    """Debian's chromium (.ci/run installs it); without it these tests fail, never skip."""
+    found = shutil.which("chromium")
+    if found is None:
+        pytest.fail("no chromium on PATH: apt-get install chromium (.ci/run does)")
+    return found
+
+
+def page_text(chromium: str, url: str, settle_ms: int = 10_000) -> str:
+    """The page's DOM after ``settle_ms`` of virtual time, as its visible text."""
+    done = subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            f"--virtual-time-budget={settle_ms}",
+            "--dump-dom",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def visible(dom: str) -> str:
+    dom = re.sub(r"<(script|style)\b.*?</\1>", " ", dom, flags=re.S)
+    return " ".join(re.sub(r"<[^>]+>", " ", dom).split())
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A tracked synthetic sweep, and what its launch printed."""
+    root = synthetic_project(tmp_path_factory.mktemp("browse"), SWEEP)
+    done = run_paiexp(root, "+sweep=syn")
+    assert done.returncode == 0, done.stderr
+    return root, done.stderr
+
+
+@pytest.fixture(scope="module")
+def ui(swept: tuple[Path, str]) -> Iterator[tuple[str, str]]:
+    """The `mlflow ui` command the sweep printed, run on a free port: (its base URL, the
+    printed base URL it stands for)."""
+    root, said = swept
+    command = re.search(r"^browse runs:\s+(\S+ ui --backend-store-uri \S+)$", said, re.M)
+    assert command, said
+    port = free_port()
+    argv = [*shlex.split(command.group(1)), "--port", str(port), "--workers", "1"]
+    server = subprocess.Popen(
+        argv, cwd=root, env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def answers() -> bool:
+        try:
+            with urllib.request.urlopen(f"{base}/health", timeout=2) as reply:
+                return bool(reply.status == 200)
+        except OSError:
+            return False
+
+    try:
+        wait_until(answers, 120, "mlflow ui answering /health")
+        yield base, "http://127.0.0.1:5000"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_the_printed_urls_show_the_sweep_and_its_trials(
+    chromium: str, swept: tuple[Path, str], ui: tuple[str, str]
+) -> None:
+    root, said = swept
+    base, printed_base = ui
+    (parent,), children = sweep_runs(root)
+    experiment = parent.info.experiment_id
+    kind = mlflow_client(root).get_experiment(experiment).tags.get("mlflow.experimentKind")
+    assert kind == "custom_model_development"  # the UI opens on training runs
+
+    runs_url = re.search(r"^\s+then open:\s+(\S+)$", said, re.M)
+    assert runs_url, said
+    assert runs_url.group(1) == f"{printed_base}/#/experiments/{experiment}/runs"
+    runs = visible(page_text(chromium, runs_url.group(1).replace(printed_base, base)))
+    assert "Training runs" in runs
+    assert re.search(rf"\b{parent.info.run_name}\b", runs), runs[:3000]
+    assert f"{1 + N_TRIALS} matching runs" in runs, runs[:3000]  # the parent and its trials
+
+    run_url = re.search(r"^\s+this run:\s+(\S+)$", said, re.M)
+    assert run_url, said
+    assert run_url.group(1).endswith(f"/#/experiments/{experiment}/runs/{parent.info.run_id}")
+    page = visible(page_text(chromium, run_url.group(1).replace(printed_base, base)))
+    listed = re.search(r"Child runs (.*?) Source", page)
+    assert listed, page[:3000]
+    names = {c.info.run_name for c in children}
+    assert len(names) == N_TRIALS
+    assert set(re.split(r"\s*,\s*", listed.group(1).strip())) == names
+
+
+def test_the_report_renders_its_plots_in_a_browser(chromium: str, swept: tuple[Path, str]) -> None:
+    root, _ = swept
+    done = run_paiexp(root, "report", "syn")
+    assert done.returncode == 0, done.stderr
+    dom = page_text(chromium, (root / "reports" / "syn.html").as_uri(), settle_ms=5_000)
+    figures = len(re.findall(r'class="plot-container plotly"', dom))
+    assert figures == 5, visible(dom)[:2000]  # history, importances, parallel, slices, timeline
+    assert "Plotly is not defined" not in dom
