@@ -51,11 +51,16 @@ def browse_lines(
 
 
 def mlflow_command() -> str:
-    """``mlflow`` when the one on PATH is this interpreter's, else the path of this
+    """How to call this interpreter's ``mlflow`` (see :func:`console_command`)."""
+    return console_command("mlflow")
+
+
+def console_command(name: str) -> str:
+    """``name`` when the one on PATH is this interpreter's, else the path of this
     interpreter's (a virtual environment that is not activated), relative when shorter."""
-    own = Path(sys.executable).parent / "mlflow"
-    found = shutil.which("mlflow")
+    own = Path(sys.executable).parent / name
+    found = shutil.which(name)
     if not own.exists() or (found and Path(found).resolve() == own.resolve()):
-        return "mlflow"
+        return name
     relative = os.path.relpath(own)
     return relative if not relative.startswith("..") else str(own)

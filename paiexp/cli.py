@@ -1,8 +1,10 @@
 """The command line.
 
     paiexp [OVERRIDES...]              compose conf/ with Hydra overrides and run the job
+    paiexp -m KEY=a,b KEY=range(1,4)   run every combination as a grid sweep (Hydra's -m)
     paiexp +pipeline=NAME [--rerun STEP]   run pipelines/NAME.yaml's steps (resumable)
     paiexp --cfg job [-p PKG] [--resolve]   print the composed config, run nothing
+    paiexp --info [searchpath|defaults|...] print the config search path, defaults list, config
     paiexp rerun RUN_ID [KEY=VALUE...] run a tracked run's job again from its stored config
     paiexp attach JOB_NAME             follow a job whose launcher died, and close its run
     paiexp init [DIR]                  write a starter project (conf/, sweeps/, examples/)
@@ -11,27 +13,33 @@
     paiexp report [SWEEP | RUN_ID]     a sweep's top trials, and its plots as one HTML file
     paiexp import pai JOB_ID... | --label K=V | --since DATE   PAI jobs made elsewhere as runs
 
+Hydra's flags: --config-path/-cp names the primary config directory (default conf/),
+--config-dir/-cd adds one to the search path, --config-name/-cn names the root config.
 A user mistake is one line on stderr and exit code 2, before any job or run exists.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from paiexp.errors import UserError
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
+    from paiexp.compose import Project
     from paiexp.runs import PreparedJob
     from paiexp.sweep.launcher import PreparedSweep
     from paiexp.tracking import MlflowTracker, TrackedRun
 
 EXIT_USER_ERROR = 2
 EXIT_JOB_FAILED = 1
+# What --info prints (Hydra's choices but plugins: paiexp runs no Hydra plugins).
+INFO_CHOICES = ("all", "config", "defaults", "defaults-tree", "searchpath")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -48,24 +56,90 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse whose mistakes are one-line user errors like every other."""
+    """argparse whose mistakes are one-line user errors like every other, naming the
+    arguments the command takes."""
+
+    positionals = ""  # their usage, e.g. RUN_ID [KEY=VALUE ...]
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        if kwargs.get("nargs") == "*":  # else argparse calls an empty list missing
+            kwargs.setdefault("default", [])
+        action = super().add_argument(*args, **kwargs)
+        if not action.option_strings:  # kept now: intermixed parsing hides positionals
+            formatter = self.formatter_class(prog="")
+            formatter.add_usage(None, self._get_positional_actions(), [], prefix="")
+            self.positionals = formatter.format_help().strip()
+        return action
 
     def error(self, message: str) -> NoReturn:
-        raise UserError(f"{self.prog}: {message} (see {self.prog} --help)")
+        usage = f"{self.prog} [OPTIONS] {self.positionals}".strip()
+        raise UserError(f"{self.prog}: {message} (usage: {usage}; see {self.prog} --help)")
 
 
-def _parser(prog: str, description: str) -> argparse.ArgumentParser:
-    parser = _Parser(prog=prog, description=description)
-    parser.add_argument("--config-dir", "-cd", help="the project's conf/ directory")
-    parser.add_argument("--config-name", "-cn", default="config", help="root config name")
+def _parser(prog: str, description: str, epilog: str | None = None) -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=prog,
+        description=description,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--config-path", "-cp", metavar="DIR", help="the primary config directory (default: conf)"
+    )
+    parser.add_argument(
+        "--config-dir",
+        "-cd",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="add DIR to the config search path, after the primary directory",
+    )
+    parser.add_argument(
+        "--config-name", "-cn", default="config", metavar="NAME", help="root config name"
+    )
     parser.add_argument("--quiet", "-q", action="store_true", help="do not echo the job's log")
     return parser
 
 
+def _project(args: argparse.Namespace) -> Project:
+    from paiexp.compose import locate_project
+
+    return locate_project(args.config_path, args.config_name, args.config_dir)
+
+
+def _commands_help() -> str:
+    """The subcommands, from this module's docstring (each registered command listed)."""
+    lines = [
+        line.rstrip()
+        for line in (__doc__ or "").splitlines()
+        if re.match(r"^    paiexp (\S+)", line) and line.split()[1] in COMMANDS
+    ]
+    listed = {line.split()[1] for line in lines}
+    lines += [f"    paiexp {name}" for name in COMMANDS if name not in listed]
+    return "commands (paiexp COMMAND --help for each):\n" + "\n".join(lines)
+
+
 def run_command(argv: Sequence[str]) -> int:
-    parser = _parser("paiexp", "Compose a training job from conf/ and run it.")
+    parser = _parser(
+        "paiexp", "Compose a training job from conf/ and run it.", epilog=_commands_help()
+    )
     parser.add_argument(
         "--cfg", "-c", choices=["job", "all"], help="print the composed config and exit"
+    )
+    parser.add_argument(
+        "--multirun",
+        "-m",
+        action="store_true",
+        help="run every combination of the sweep overrides (KEY=a,b,c, KEY=range(1,4)) "
+        "as a grid sweep",
+    )
+    parser.add_argument(
+        "--info",
+        "-i",
+        nargs="?",
+        const="all",
+        choices=INFO_CHOICES,
+        help="print the config search path, the defaults list and the config, and exit",
     )
     parser.add_argument("--package", "-p", help="with --cfg: print only this config node")
     parser.add_argument("--resolve", action="store_true", help="with --cfg: resolve ${...}")
@@ -76,12 +150,21 @@ def run_command(argv: Sequence[str]) -> int:
         metavar="STEP",
         help="with +pipeline=NAME: run STEP (and the steps after it) again",
     )
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. job.name=x")
+    parser.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="Hydra overrides, e.g. job.name=x"
+    )
     args = parser.parse_intermixed_args(argv)
+    if sum((bool(args.cfg), args.multirun, args.info is not None)) > 1:
+        raise UserError("only one of --multirun, --cfg and --info can be given")
 
-    from paiexp.compose import compose, locate_project, to_object
+    from paiexp.compose import compose, show_info, to_object
 
-    project = locate_project(args.config_dir, args.config_name)
+    project = _project(args)
+    if args.info:
+        show_info(project, args.overrides, args.info)
+        return 0
+    if args.multirun:
+        return _multirun(project, args.overrides)
     cfg = compose(project, args.overrides)
     if args.cfg:
         return print_config(cfg, args.package, args.resolve)
@@ -106,17 +189,19 @@ def run_command(argv: Sequence[str]) -> int:
 
 def rerun_command(argv: Sequence[str]) -> int:
     parser = _parser("paiexp rerun", "Run a tracked run's job again from its stored config.")
-    parser.add_argument("run_id")
-    parser.add_argument("overrides", nargs="*", help="KEY=VALUE edits of the stored config")
+    parser.add_argument("run_id", metavar="RUN_ID")
+    parser.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="edits of the stored config"
+    )
     args = parser.parse_intermixed_args(argv)
 
     from pathlib import Path
 
-    from paiexp.compose import compose, locate_project, to_object
+    from paiexp.compose import compose, to_object
     from paiexp.runs import open_tracker, prepare_from_record
     from paiexp.tracking import CONFIG_ARTIFACT
 
-    project = locate_project(args.config_dir, args.config_name)
+    project = _project(args)
     tracker = open_tracker(to_object(compose(project, [])))
     tracked = _get_run(tracker, args.run_id)
     job = prepare_from_record(
@@ -129,13 +214,13 @@ def rerun_command(argv: Sequence[str]) -> int:
 
 def attach_command(argv: Sequence[str]) -> int:
     parser = _parser("paiexp attach", "Follow a job whose launcher died, and close its run.")
-    parser.add_argument("job_name")
+    parser.add_argument("job_name", metavar="JOB_NAME")
     args = parser.parse_intermixed_args(argv)
 
-    from paiexp.compose import compose, locate_project, to_object
+    from paiexp.compose import compose, to_object
     from paiexp.runs import attach, open_tracker, summarize
 
-    project = locate_project(args.config_dir, args.config_name)
+    project = _project(args)
     tracker = open_tracker(to_object(compose(project, [])))
     run_id, result = attach(tracker, args.job_name, echo=None if args.quiet else print)
     if result is None:
@@ -146,43 +231,45 @@ def attach_command(argv: Sequence[str]) -> int:
 
 def init_command(argv: Sequence[str]) -> int:
     parser = _Parser(prog="paiexp init", description="Write a starter project into DIR.")
-    parser.add_argument("directory", nargs="?", default=".")
+    parser.add_argument("directory", nargs="?", default=".", metavar="DIR")
     args = parser.parse_intermixed_args(argv)
 
+    import os
     from pathlib import Path
 
+    from paiexp.browse import console_command
     from paiexp.scaffold import write_starter
 
     target = Path(args.directory)
     for path in write_starter(target):
         print(f"wrote {path}")
-    print(f"next: cd {target} && python -m paiexp +sweep=xgb   (then: mlflow ui)")
+
+    def command(name: str) -> str:  # this environment's, absolute when not the one on PATH
+        found = console_command(name)
+        return os.path.abspath(found) if os.sep in found else found
+
+    print(f"next: cd {target} && {command('paiexp')} +sweep=xgb")
+    print(f"then: {command('mlflow')} ui --backend-store-uri sqlite:///mlflow.db")
     return 0
 
 
 def download_command(argv: Sequence[str]) -> int:
     parser = _parser("paiexp download", "Fetch a tracked run's model (or other output).")
-    parser.add_argument("run_id")
-    parser.add_argument("dest", help="local directory to download into")
+    parser.add_argument("run_id", metavar="RUN_ID")
+    parser.add_argument("dest", metavar="DEST", help="local directory to download into")
     parser.add_argument("--channel", default="model", help="output channel (default: model)")
-    parser.add_argument("overrides", nargs="*", help="KEY=VALUE edits of the run's config")
+    parser.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="edits of the run's stored config"
+    )
     args = parser.parse_intermixed_args(argv)
 
     from pathlib import Path
 
-    from paiexp.compose import compose, from_yaml, locate_project, to_object
-    from paiexp.download import download, output_uri
-    from paiexp.runs import open_tracker
-    from paiexp.tracking import CONFIG_ARTIFACT
+    from paiexp.compose import compose, to_object
+    from paiexp.download import fetch_output
 
-    project = locate_project(args.config_dir, args.config_name)
-    tracker = open_tracker(to_object(compose(project, [])))
-    tracked = _get_run(tracker, args.run_id)
-    uri = output_uri(tracked.tags, tracked.run_id, args.channel)
-    stored = to_object(
-        from_yaml(tracker.load_text(tracked.run_id, CONFIG_ARTIFACT), args.overrides)
-    )
-    files = download(uri, Path(args.dest), stored.backend)
+    config = to_object(compose(_project(args), []))
+    uri, files = fetch_output(config, args.run_id, args.channel, Path(args.dest), args.overrides)
     print(f"downloaded {len(files)} file(s) from {uri} to {args.dest}")
     return 0
 
@@ -191,14 +278,19 @@ def images_command(argv: Sequence[str]) -> int:
     parser = _parser("paiexp images", "List official PAI training images (for job.image).")
     parser.add_argument("--framework", help="e.g. XGBoost, PyTorch, TensorFlow")
     parser.add_argument("--chip", choices=["CPU", "GPU"], help="only CPU or GPU images")
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. backend.region=...")
+    parser.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="Hydra overrides, e.g. backend.region=..."
+    )
     args = parser.parse_intermixed_args(argv)
 
+    from paiexp.images import require_sdk
+
+    require_sdk()
     from paiexp.backends.pai import make_api
-    from paiexp.compose import compose, locate_project, to_object
+    from paiexp.compose import compose, to_object
     from paiexp.images import official_images
 
-    project = locate_project(args.config_dir, args.config_name)
+    project = _project(args)
     config = to_object(compose(project, args.overrides))
     if config.backend.name != "pai":
         config = to_object(compose(project, ["backend=pai", *args.overrides]))
@@ -220,10 +312,9 @@ def report_command(argv: Sequence[str]) -> int:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. sweep.storage=...")
     args = parser.parse_intermixed_args(argv)
 
-    from paiexp.compose import locate_project
     from paiexp.report import report
 
-    project = locate_project(args.config_dir, args.config_name)
+    project = _project(args)
     return report(project, args.target, args.overrides, args.output, args.top)
 
 
@@ -242,12 +333,11 @@ def import_command(argv: Sequence[str]) -> int:
     parser.add_argument("--since", metavar="DATE", help="jobs created at or after DATE (UTC)")
     args = parser.parse_intermixed_args(argv)
 
-    from paiexp.compose import locate_project
     from paiexp.importing import JobSelection, import_pai
 
     job_ids = [item for item in args.items if "=" not in item]
     selection = JobSelection.parse(job_ids, args.label, args.since)
-    project = locate_project(args.config_dir, args.config_name)
+    project = _project(args)
     return import_pai(project, selection, [item for item in args.items if "=" in item])
 
 
@@ -257,6 +347,9 @@ def print_config(cfg: DictConfig, package: str | None, resolve: bool) -> int:
     node = OmegaConf.select(cfg, package) if package else cfg
     if node is None:
         raise UserError(f"--package: no config node {package!r}")
+    if not OmegaConf.is_config(node):  # a single value, e.g. -p job.name
+        print(node)
+        return 0
     print(OmegaConf.to_yaml(node, resolve=resolve), end="")
     return 0
 
@@ -268,6 +361,20 @@ def _run(job: PreparedJob, *, quiet: bool, extra_tags: dict[str, str] | None = N
     run_id, result = execute(job, tracker, echo=None if quiet else print, extra_tags=extra_tags)
     summarize(run_id, result, tracker.uri, tracker.experiment_id)
     return 0 if result.status.state.value == "SUCCEEDED" else EXIT_JOB_FAILED
+
+
+def _multirun(project: Project, overrides: Sequence[str]) -> int:
+    """``-m``: the sweep overrides' combinations as a grid sweep (see paiexp.sweep.multirun)."""
+    from paiexp.compose import compose, to_object
+    from paiexp.sweep.launcher import prepare_sweep
+    from paiexp.sweep.multirun import apply_grid, split_multirun
+
+    plain, grid = split_multirun(overrides)
+    cfg = compose(project, plain, multirun=True)
+    if cfg.pipeline is not None:
+        raise UserError("-m: a pipeline's steps cannot be run as a grid; drop -m or +pipeline")
+    apply_grid(cfg, grid)
+    return _sweep(prepare_sweep(cfg, to_object(cfg), project.base_dir, tuple(overrides)))
 
 
 def _sweep(prepared: PreparedSweep) -> int:

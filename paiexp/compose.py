@@ -1,7 +1,9 @@
 """Config composition with Hydra, and Hydra's and OmegaConf's errors turned into one line.
 
-The project is the directory holding ``conf/`` (the current directory unless ``--config-dir``
-says otherwise); relative paths in its configs are taken from there.
+The project is the directory holding its primary config directory, ``conf/`` (the current
+directory's unless ``--config-path`` names another); relative paths in its configs are taken
+from there.  As in Hydra, ``--config-dir`` adds a directory to the config search path, after
+the primary one: it may add configs (``job=other``), not replace the project's.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ import dataclasses
 import os
 import re
 import typing
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -22,15 +25,18 @@ from omegaconf.errors import OmegaConfBaseException
 from paiexp.config import BACKENDS, Config, register_configs
 from paiexp.errors import UserError
 from paiexp.pipeline.registry import register_selected_pipeline
-from paiexp.sweep.registry import register_selected_sweep
+from paiexp.sweep.registry import SWEEP_SELECTION, register_selected_sweep
 
 CONFIG_NAME = "config"
+# The sweep ``-m`` runs when no +sweep=NAME is given: a grid over the command line's values.
+GRID_SWEEP = "paiexp_multirun"
 
 
 @dataclass(frozen=True)
 class Project:
-    config_dir: Path
+    config_dir: Path  # the primary config directory
     config_name: str = CONFIG_NAME
+    search_dirs: tuple[Path, ...] = ()  # --config-dir: searched after the primary one
 
     @property
     def base_dir(self) -> Path:
@@ -45,21 +51,62 @@ class Project:
         return self.base_dir / "pipelines"
 
 
-def locate_project(config_dir: str | None = None, config_name: str = CONFIG_NAME) -> Project:
+def locate_project(
+    config_path: str | None = None,
+    config_name: str = CONFIG_NAME,
+    search_dirs: Sequence[str] = (),
+) -> Project:
+    """The project of primary config directory ``config_path`` (default ``conf``), with
+    ``search_dirs`` added to its search path; relative paths are the working directory's."""
     # absolute but not resolved: a symlinked conf/ keeps the project where it is linked
-    path = Path(os.path.abspath(config_dir or "conf"))
-    if not (path / f"{config_name}.yaml").is_file():
+    path = Path(os.path.abspath(config_path or "conf"))
+    extra = tuple(Path(os.path.abspath(d)) for d in search_dirs)
+    for directory in extra:
+        if not directory.is_dir():
+            raise UserError(f"--config-dir: additional config directory {directory} not found")
+    if not any((d / f"{config_name}.yaml").is_file() for d in (path, *extra)) or not path.is_dir():
+        searched = "".join(f" nor {d}" for d in extra)
         raise UserError(
-            f"no {config_name}.yaml in {path}: run paiexp from a project directory holding "
-            "conf/, pass --config-dir DIR, or create a starter project with `paiexp init`"
+            f"no {config_name}.yaml in {path}{searched}: run paiexp from a project directory "
+            "holding conf/, pass --config-path DIR, or create a starter project with `paiexp init`"
         )
-    return Project(config_dir=path, config_name=config_name)
+    return Project(config_dir=path, config_name=config_name, search_dirs=extra)
 
 
-def compose(project: Project, overrides: Sequence[str]) -> DictConfig:
-    """Compose the project's config with command-line overrides (Hydra's grammar)."""
+def compose(project: Project, overrides: Sequence[str], *, multirun: bool = False) -> DictConfig:
+    """Compose the project's config with command-line overrides (Hydra's grammar).
+
+    ``multirun``: the overrides are ``-m``'s, its sweep values taken out: without a
+    ``+sweep=NAME`` the config gets an empty sweep (``GRID_SWEEP``) for the grid to fill.
+    """
     from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
+
+    hydra_overrides = _registered(project, overrides, multirun)
+    try:
+        with _hydra(project):
+            cfg = hydra_compose(project.config_name, overrides=hydra_overrides)
+    except Exception as exc:  # Hydra raises many types; each becomes one line
+        raise UserError(describe_error(exc)) from None
+    return cfg
+
+
+def show_info(project: Project, overrides: Sequence[str], what: str) -> None:
+    """Hydra's ``--info``: the config search path, the defaults list (and tree), the config."""
+    from hydra import compose as hydra_compose
+
+    hydra_overrides = _registered(project, overrides, multirun=False)
+    shown = "config" if what == "all" else what
+    try:
+        with _hydra(project) as hydra:
+            hydra_compose(project.config_name, overrides=hydra_overrides)  # a mistake: one line
+            hydra.show_info(shown, config_name=project.config_name, overrides=hydra_overrides)
+    except Exception as exc:
+        raise UserError(describe_error(exc)) from None
+
+
+def _registered(project: Project, overrides: Sequence[str], multirun: bool) -> list[str]:
+    """Register the schema and the selected sweep and pipeline; the overrides for Hydra."""
+    from hydra.core.config_store import ConfigStore
 
     for override in overrides:
         if override.lstrip("+~").startswith(("hydra.", "hydra/", "hydra=")):
@@ -68,14 +115,41 @@ def compose(project: Project, overrides: Sequence[str]) -> DictConfig:
                 "settings (run dirs, logging, launchers); set job, backend, tracker or sweep keys"
             )
     register_configs()
-    register_selected_sweep(overrides, project.sweeps_dir)
+    if multirun and not any(map(SWEEP_SELECTION.match, overrides)):
+        node = {"sweep": {"name": "multirun"}}
+        ConfigStore.instance().store(group="sweep", name=GRID_SWEEP, node=node, package="_global_")
+        plain = [o for o in overrides if not o.lstrip("+~").startswith("sweep.")]
+        register_selected_sweep(plain, project.sweeps_dir)
+        overrides = [f"+sweep={GRID_SWEEP}", *overrides]
+    else:
+        register_selected_sweep(overrides, project.sweeps_dir)
     register_selected_pipeline(overrides, project.pipelines_dir)
+    return list(overrides)
+
+
+@contextmanager
+def _hydra(project: Project) -> Iterator[Any]:
+    """Hydra initialized as its command line does: the primary config directory, then each
+    ``--config-dir`` (provider ``command-line``), then the structured configs (``schema``)."""
+    from hydra import version
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import create_config_search_path
+    from hydra.core.config_search_path import SearchPathQuery
+    from hydra.initialize import get_gh_backup, restore_gh_from_backup
+
+    backup = get_gh_backup()
+    version.setbase("1.3")
+    search_path = create_config_search_path(str(project.config_dir))
+    for directory in project.search_dirs:
+        search_path.prepend(
+            provider="command-line",
+            path=f"file://{directory}",
+            anchor=SearchPathQuery(provider="schema"),
+        )
     try:
-        with initialize_config_dir(str(project.config_dir), version_base="1.3"):
-            cfg = hydra_compose(project.config_name, overrides=list(overrides))
-    except Exception as exc:  # Hydra raises many types; each becomes one line
-        raise UserError(describe_error(exc)) from None
-    return cfg
+        yield Hydra.create_main_hydra2(task_name="paiexp", config_search_path=search_path)
+    finally:
+        restore_gh_from_backup(backup)
 
 
 def to_object(cfg: DictConfig) -> Config:
@@ -131,10 +205,30 @@ def describe_error(exc: BaseException) -> str:
     sweep_override = re.match(r"Sweep parameters '([^=']+)=([^']*)' requires --multirun", str(exc))
     if sweep_override:
         key, value = sweep_override.groups()
+        grid = (
+            ""
+            if key.lstrip("+~").startswith("sweep.")
+            else "add -m to run one trial per value, or "
+        )
         return (
-            f"{key}: {value} is a sweep expression; quote it so it stays a string: "
+            f"{key}: {value} is a sweep expression; {grid}quote it so it stays a string: "
             f"'{key}=\"{value}\"' (or write it in sweeps/NAME.yaml)"
         )
+    ambiguous = re.match(r"Ambiguous value for argument '([^=']+)=([^']*)'", str(exc))
+    if ambiguous:
+        key, value = ambiguous.groups()
+        if key.lstrip("+~").startswith("sweep.params."):
+            search = f"'{key}=\"choice({value})\"'"
+            return f"{key}: {value} is ambiguous; to search these values write {search}"
+        grid = "" if key.lstrip("+~").startswith("sweep.") else "add -m to run one trial each, "
+        return (
+            f"{key}: {value} is a comma-separated sweep; {grid}write [{value}] for a list, "
+            f"or quote it for a string: '{key}=\"{value}\"'"
+        )
+    append = re.search(r"To append to your default list use \+(\S+)=(\S+)", str(exc))
+    if append:  # e.g. sweep=xgb: a sweep is added to the defaults list, not overridden
+        group, name = append.groups()
+        return f"{group}={name}: no {group} in the defaults list to override; write +{group}={name}"
     if isinstance(exc, OverrideParseException):
         return f"cannot parse override: {_first_line(str(exc)).split(': ', 1)[-1]}"
     cause = _omegaconf_cause(exc)

@@ -6,8 +6,29 @@ from dataclasses import dataclass
 from typing import Any
 
 from paiexp.backends.pai_api import PAGE_SIZE, PaiApi
+from paiexp.errors import UserError
 
 CHIP_TYPES = ("CPU", "GPU")
+# What listing images needs: the AIWorkspace client and Alibaba Cloud credentials.
+SDK_MODULES = (
+    "alibabacloud_aiworkspace20210204",
+    "alibabacloud_tea_openapi",
+    "alibabacloud_credentials",
+)
+
+
+def require_sdk() -> None:
+    """A one-line UserError, not a traceback, when the ``[pai]`` extra is not installed."""
+    import importlib
+
+    missing = []
+    for module in SDK_MODULES:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            missing.append(module)
+    if missing:
+        raise UserError(f"paiexp images needs {', '.join(missing)}: pip install 'paiexp[pai]'")
 
 
 @dataclass(frozen=True)

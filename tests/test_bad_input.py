@@ -141,9 +141,32 @@ CASES = {
     "no-conf-directory-cfg": case(
         "--cfg", "job", mentions=("conf", "paiexp init"), in_project=False
     ),
-    "missing-config-dir": case("--config-dir", "nowhere", mentions=("nowhere", "config.yaml")),
+    "missing-config-path": case("--config-path", "nowhere", mentions=("nowhere", "config.yaml")),
+    "missing-config-dir": case("-cd", "nowhere", mentions=("--config-dir", "nowhere", "not found")),
     "unknown-option": case("--bogus", mentions=("--bogus",)),
-    "rerun-without-run-id": case("rerun", mentions=("run_id",)),
+    "rerun-without-run-id": case(
+        "rerun", mentions=("required: RUN_ID (", "paiexp rerun [OPTIONS] RUN_ID [KEY=VALUE ...]")
+    ),
+    "download-without-dest": case(
+        "download", "abc", mentions=("required: DEST (", "RUN_ID DEST [KEY=VALUE ...]")
+    ),
+    "comma-list-without-multirun": case(
+        "job.hyperparameters.max_depth=3,5", mentions=("job.hyperparameters.max_depth", "-m")
+    ),
+    "multirun-without-sweep-override": case("-m", "job.name=x", mentions=("-m", "KEY=a,b,c")),
+    "multirun-over-config-group": case(
+        "-m", "backend=local,docker", mentions=("backend=local,docker", "config group")
+    ),
+    "multirun-over-interval": case(
+        "-m", "job.hyperparameters.gamma=interval(0,1)", mentions=("interval", "+sweep=NAME")
+    ),
+    "multirun-and-cfg": case("-m", "--cfg", "job", "job.name=a,b", mentions=("only one of",)),
+    "multirun-unknown-key": case(
+        "-m", "job.hyperparameters.max_depth=3,5", "job.foo=1", mentions=("job.foo", "unknown key")
+    ),
+    "info-bad-override": case(
+        "--info", "searchpath", "job.foo=1", mentions=("job.foo", "unknown key")
+    ),
     "unknown-metric-definition-key": case(
         'job.metric_definitions=[{name: m, regex: "x=(\\d+)", foo: 1}]',
         mentions=("job.metric_definitions", "foo", "regex"),
@@ -178,7 +201,14 @@ def test_cfg_and_bad_input_do_not_import_heavy_modules(tmp_path: Path) -> None:
     cwd = make_project(tmp_path)
     done = run_without_heavy_imports(
         cwd,
-        [(["--cfg", "job"], 0), (["job.foo=1"], 2), (["backend=pai"], 2), (["backend=openpai"], 2)],
+        [
+            (["--cfg", "job"], 0),
+            (["job.foo=1"], 2),
+            (["backend=pai"], 2),
+            (["backend=openpai"], 2),
+            (["-m", "backend=local,docker"], 2),
+            (["-m", "job.hyperparameters.max_depth=3,5", "job.foo=1"], 2),
+        ],
     )
     assert done.returncode == 0, done.stderr
     assert "xgb-breast-cancer" in done.stdout

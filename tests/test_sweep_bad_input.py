@@ -76,6 +76,7 @@ def case(
 CASES = {
     # selecting a sweep
     "unknown-sweep": case("+sweep=nope", mentions=("sweep=nope", "no such sweep", "xgb")),
+    "sweep-without-plus": case("sweep=xgb", mentions=("sweep=xgb", "write +sweep=xgb")),
     "sweep-key-without-sweep": case(
         "sweep.n_trials=3", mentions=("sweep.n_trials", "+sweep=", "xgb")
     ),

@@ -12,10 +12,11 @@ study, so only in-process caches, such as GP's kernel warm start, are lost).
 from __future__ import annotations
 
 import hashlib
+import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from optuna.samplers import BaseSampler
+from optuna.samplers import BaseSampler, BruteForceSampler
 
 if TYPE_CHECKING:
     from optuna import Study
@@ -82,3 +83,38 @@ class TrialSeededSampler(BaseSampler):
 
     def __repr__(self) -> str:
         return f"TrialSeededSampler(seed={self._seed})"
+
+
+class AskTellBruteForceSampler(BruteForceSampler):
+    """Optuna's BruteForceSampler told trials outside ``study.optimize``: a grid tried in full
+    leaves the end to ``sweep.n_trials`` instead of calling ``study.stop()``, which Optuna
+    allows only inside an optimize loop (a launcher asks and tells)."""
+
+    def __init__(self, seed: int | None = None, avoid_premature_stop: bool = False) -> None:
+        from optuna.exceptions import ExperimentalWarning
+
+        with warnings.catch_warnings():  # a grid sweep's user has nothing to do about it
+            warnings.simplefilter("ignore", ExperimentalWarning)
+            super().__init__(seed=seed, avoid_premature_stop=avoid_premature_stop)
+
+    def after_trial(
+        self,
+        study: Study,
+        trial: FrozenTrial,
+        state: TrialState,
+        values: Sequence[float] | None,
+    ) -> None:
+        super().after_trial(_Unstoppable(study), trial, state, values)  # type: ignore[arg-type]
+
+
+class _Unstoppable:
+    """A study whose ``stop`` does nothing; everything else is the study's."""
+
+    def __init__(self, study: Study) -> None:
+        self._study = study
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._study, name)
+
+    def stop(self) -> None:
+        """Nothing to stop: the launcher keeps to ``sweep.n_trials``."""

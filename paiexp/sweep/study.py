@@ -157,7 +157,11 @@ def create_sampler(config: Any) -> Any:
     position is kept in the study."""
     import optuna
 
-    cls = getattr(optuna.samplers, SAMPLERS[config.name])
+    from paiexp.sweep.sampling import AskTellBruteForceSampler
+
+    cls: Any = getattr(optuna.samplers, SAMPLERS[config.name])
+    if cls is optuna.samplers.BruteForceSampler:
+        cls = AskTellBruteForceSampler
     options = dict(config.options)
     seed = options.pop("seed", config.seed)
     if seed is None or config.name == "qmc":
