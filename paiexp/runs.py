@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from paiexp.backends import Backend, BackendUnavailable, JobHandle, create_backend
+from paiexp.backends import Backend, BackendUnavailable, JobHandle, JobState, create_backend
 from paiexp.browse import browse_lines
 from paiexp.compose import Project, compose, from_yaml, to_container, to_object
 from paiexp.config import Config
@@ -187,7 +187,7 @@ def summarize(
     )
     for name, value in sorted(result.metrics.items()):
         _say(f"  {name} = {value:g}")
-    if result.model_uri:
+    if result.model_uri and status.state is JobState.SUCCEEDED:  # a failed job made none
         _say(f"  model: {result.model_uri}")
     for warning in result.warnings:
         _say(f"warning: {warning}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -13,7 +14,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from paiexp.browse import browse_lines
+from paiexp.browse import browse_lines, console_command
 from paiexp.redact import redact_url
 from paiexp.sweep.opening import PARENT_RUN_ATTR
 from paiexp.sweep.records import RETRIED
@@ -47,7 +48,8 @@ class Progress:
         self.console = console or Console(stderr=True, width=None if sys.stderr.isatty() else 160)
         self.n_trials = n_trials
         self.objectives = list(objectives)
-        self.counts = {"COMPLETE": 0, "FAIL": 0, "PRUNED": 0}
+        # trials that count toward n_trials by state, and failures that are re-run
+        self.counts = {"COMPLETE": 0, "FAIL": 0, "PRUNED": 0, RETRIED: 0}
         self.best_text = "-"
         self.started_at = time.monotonic()
         self._sweep: RunningSweep | None = None
@@ -59,14 +61,14 @@ class Progress:
         self._sweep = sweep
         self._count_existing(sweep.study)
         with Live(
-            self._status(), console=self.console, refresh_per_second=4, transient=True
+            self.status(), console=self.console, refresh_per_second=4, transient=True
         ) as live:
             self._live = live
             try:
                 yield
             finally:
                 self._live = None
-        self.console.print(self._status())
+        self.console.print(self.status())
 
     def _count_existing(self, study: Study) -> None:
         for trial in study.get_trials(deepcopy=False):
@@ -74,20 +76,27 @@ class Progress:
                 self.counts[trial.state.name] += 1
         self.best(study)
 
-    def _status(self) -> Text:
+    def status(self) -> Text:
+        """The status line: trials done of n_trials (complete, pruned and failed ones alike),
+        running, re-run, the best so far and the time taken."""
+        counts = self.counts
         running = self._sweep.running if self._sweep else 0
         elapsed = time.monotonic() - self.started_at
+        done = counts["COMPLETE"] + counts["PRUNED"] + counts["FAIL"]
+        failed = (f", {counts['FAIL']} failed", "red") if counts["FAIL"] else ""
+        rerun = f" · {counts[RETRIED]} re-run" if counts[RETRIED] else ""
         return Text.assemble(
             ("sweep ", "bold"),
-            f"{self.counts['COMPLETE']}/{self.n_trials} complete · {running} running · ",
-            (f"{self.counts['FAIL']} failed", "red" if self.counts["FAIL"] else ""),
-            f" · {self.counts['PRUNED']} pruned · best {self.best_text} · ",
+            f"{done}/{self.n_trials} done ({counts['COMPLETE']} complete, "
+            f"{counts['PRUNED']} pruned",
+            failed,
+            f") · {running} running{rerun} · best {self.best_text} · ",
             f"{int(elapsed // 60):02d}:{elapsed % 60:04.1f}",
         )
 
     def refresh(self) -> None:
         if self._live is not None:
-            self._live.update(self._status())
+            self._live.update(self.status())
 
     def say(self, message: str) -> None:
         self.console.print(f"[paiexp] {message}", markup=False, highlight=False)
@@ -96,9 +105,17 @@ class Progress:
         self.refresh()
 
     def finished(
-        self, number: int, state: str, values: Sequence[float] | None, reason: str | None
+        self,
+        number: int,
+        state: str,
+        values: Sequence[float] | None,
+        reason: str | None,
+        *,
+        retried: bool = False,
     ) -> None:
-        self.counts[state] = self.counts.get(state, 0) + 1
+        """A trial ended; ``retried``: it failed and its point runs again (it counts no more)."""
+        key = RETRIED if retried else state
+        self.counts[key] = self.counts.get(key, 0) + 1
         shown = ""
         if values:
             shown = ", ".join(
@@ -152,7 +169,8 @@ def print_summary(
     if top:
         console.print(trials_table(top, objectives, f"top trials of study {study_name}"))
         if len(objectives) == 1:
-            console.print(f"best params: {study.best_trial.params}")
+            params = " ".join(f"{k}={_param(v)}" for k, v in study.best_trial.params.items())
+            console.print(f"best params: {params}", markup=False, highlight=False)
     else:
         console.print("no trial completed")
     if outcome.stop_reason and not outcome.interrupted:
@@ -167,7 +185,9 @@ def print_summary(
         parent_run = study.user_attrs.get(PARENT_RUN_ATTR)
         for line in browse_lines(outcome.tracker_uri, outcome.experiment_id, parent_run):
             console.print(line, markup=False, highlight=False)
-    console.print(f"browse study:  optuna-dashboard {redact_url(storage)}", markup=False)
+    if importlib.util.find_spec("optuna_dashboard") is not None:  # only a tool one has
+        dashboard = console_command("optuna-dashboard")
+        console.print(f"browse study:  {dashboard} {redact_url(storage)}", markup=False)
 
 
 def top_trials(
@@ -216,3 +236,7 @@ def trials_table(
 
 def _short(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _param(value: Any) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else str(value)

@@ -115,6 +115,9 @@ def finished_before(jobs: TrialJobs) -> list[FinishedTrial]:
             spec = jobs.spec(trial.params, trial.number, name)
         except UserError:
             continue  # a trial the schema rejected never had a run
+        tags = {"paiexp.trial_number": str(trial.number), "paiexp.sweep_id": jobs.sweep_id}
+        if trial.user_attrs.get(JOB_ID):
+            tags["paiexp.job_id"] = str(trial.user_attrs[JOB_ID])
         trials.append(
             FinishedTrial(
                 job_name=name,
@@ -122,10 +125,7 @@ def finished_before(jobs: TrialJobs) -> list[FinishedTrial]:
                 state=trial.state.name,
                 reason=trial.user_attrs.get(REASON),
                 record=jobs.record(trial.params, spec),
-                tags={
-                    "paiexp.trial_number": str(trial.number),
-                    "paiexp.sweep_id": jobs.sweep_id,
-                },
+                tags=tags,
             )
         )
     return trials

@@ -18,7 +18,15 @@ from paiexp.errors import UserError
 from paiexp.monitor import JobMonitor, JobResult
 from paiexp.spec import JobSpec
 from paiexp.sweep.ownership import Identity, Lease, trial_id
-from paiexp.sweep.records import JOB_ID, JOB_NAME, PRUNING, REASON, REASON_LIMIT, job_name
+from paiexp.sweep.records import (
+    JOB_ID,
+    JOB_NAME,
+    PRUNING,
+    REASON,
+    REASON_LIMIT,
+    RETRIED,
+    job_name,
+)
 from paiexp.sweep.tracking_messages import TrialRecord
 from paiexp.tracking import TRIAL_STATE_TO_RUN_STATUS
 
@@ -138,6 +146,9 @@ class TrialJobs:
             "paiexp.sweep_id": self.sweep_id,
             "optuna.params": str({k: str(v) for k, v in params.items()}),
         }
+        job_id = trial.user_attrs.get(JOB_ID)  # none when its job was never submitted
+        if job_id:
+            tags["paiexp.job_id"] = str(job_id)
         self.tracker.start_child(spec.name, self.record(params, spec), tags, adopted=adopted)
 
     def label_runs(self) -> None:
@@ -180,7 +191,8 @@ class TrialJobs:
             reason,
             {"paiexp.trial_state": state.name},
         )
-        self.progress.finished(trial.number, state.name, values, reason)
+        retried = bool(trial.user_attrs.get(RETRIED))
+        self.progress.finished(trial.number, state.name, values, reason, retried=retried)
         for warning in result.warnings:
             log.warning("trial %d: %s", trial.number, warning)
         self.publish_best()
@@ -203,7 +215,8 @@ class TrialJobs:
         self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
         if job_name:
             self.tracker.fail_child(job_name, reason)
-        self.progress.finished(trial.number, "FAIL", None, reason)
+        retried = bool(trial.user_attrs.get(RETRIED))
+        self.progress.finished(trial.number, "FAIL", None, reason, retried=retried)
 
     def publish_best(self) -> None:
         """The best value (or Pareto front) so far, on the parent run and the terminal."""

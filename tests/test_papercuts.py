@@ -1,0 +1,110 @@
+"""What a new user met in a fresh clone (issue 14), each fixed: the README says to activate
+the environment; ``--help`` lists the subcommands; a missing ``[pai]`` extra is one line for
+``paiexp images`` too; a sweep's summary suggests only tools that are there, by a path that
+works outside the environment, and prints its best parameters as ``key=value``; its status
+line counts pruned trials as done; its child runs carry ``paiexp.job_id``; with ``-q`` a
+failed job prints no ``model:`` line.  (``rerun`` without arguments and ``sweep=`` without
+``+``: tests/test_bad_input.py and tests/test_sweep_bad_input.py.)"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import os
+import re
+from pathlib import Path
+
+from conftest import (
+    REPO,
+    all_runs,
+    assert_nothing_started,
+    assert_one_line_error,
+    clean_env,
+    run_paiexp,
+)
+from rich.console import Console
+from sweep_helpers import load_study, sweep_runs, synthetic_project, third_trial_pruned
+
+from paiexp.cli import COMMANDS
+from paiexp.sweep.progress import Progress
+from paiexp.sweep.study import Objective
+
+OUTSIDE_THE_VENV = "/usr/local/bin:/usr/bin:/bin"  # PATH without the environment's bin/
+
+
+def test_using_it_says_to_activate_the_environment() -> None:
+    readme = (REPO / "README.md").read_text()
+    using = readme.split("## Using it", 1)[1].split("\n## ", 1)[0]
+    activate = using.index("source .venv/bin/activate")
+    assert activate < using.index("python -m paiexp")
+
+
+def test_help_lists_every_subcommand(tmp_path: Path) -> None:
+    done = run_paiexp(tmp_path, "--help", timeout=60)
+    assert done.returncode == 0, done.stderr
+    listed = re.findall(r"^\s+paiexp (\w+)", done.stdout, flags=re.MULTILINE)
+    assert set(COMMANDS) <= set(listed), done.stdout
+    for flag in ("--multirun", "--info", "--config-path", "--config-dir"):
+        assert flag in done.stdout
+    rerun = run_paiexp(tmp_path, "rerun", "--help", timeout=60)
+    assert "RUN_ID [KEY=VALUE ...]" in rerun.stdout
+
+
+def test_images_without_the_pai_extra_is_one_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "blocker" / "alibabacloud_credentials"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ImportError('not installed')\n")
+    env = clean_env(PYTHONPATH=str(tmp_path / "blocker"))
+    line = assert_one_line_error(run_paiexp(tmp_path, "images", env=env, timeout=60))
+    assert "alibabacloud_credentials" in line
+    assert line.endswith("pip install 'paiexp[pai]'")
+    assert_nothing_started(tmp_path)
+
+
+def test_the_status_line_counts_pruned_and_failed_trials_as_done() -> None:
+    progress = Progress(30, [Objective("score", "minimize")], Console(file=io.StringIO()))
+    for number, state in enumerate(["COMPLETE"] * 17 + ["PRUNED"] * 2 + ["FAIL"]):
+        progress.finished(number, state, [1.0] if state == "COMPLETE" else None, None)
+    progress.finished(20, "FAIL", None, "runner lost", retried=True)  # its point runs again
+    status = progress.status().plain
+    assert status.startswith("sweep 20/30 done (17 complete, 2 pruned, 1 failed) · ")
+    assert "1 re-run" in status
+
+
+def test_a_sweeps_summary_and_runs(tmp_path: Path) -> None:
+    root = synthetic_project(
+        tmp_path, third_trial_pruned({"x": "interval(-3, 3)", "duration": 2.0, "steps": 20})
+    )
+    env = clean_env(PATH=OUTSIDE_THE_VENV)
+    done = run_paiexp(root, "+sweep=syn", env=env)
+    assert done.returncode == 0, done.stderr
+    out = done.stderr
+
+    assert "sweep 3/3 done (2 complete, 1 pruned) · " in out
+    study = load_study(root)
+    best = study.best_trial.params
+    assert f"best params: x={best['x']:.6g}\n" in out  # key=value, not a Python dict
+    command = re.search(r"browse runs:\s+(\S+) ui --backend-store-uri", out)
+    assert command, out
+    mlflow = command.group(1)  # runs from this PATH: the environment's own, by its path
+    assert os.access(mlflow, os.X_OK) and Path(mlflow).is_absolute(), mlflow
+    has_dashboard = importlib.util.find_spec("optuna_dashboard") is not None
+    assert ("optuna-dashboard" in out) == has_dashboard
+
+    [_parent], children = sweep_runs(root)
+    job_ids = {str(t.number): t.user_attrs["paiexp:job_id"] for t in study.trials}
+    assert {c.data.tags["paiexp.trial_number"]: c.data.tags["paiexp.job_id"] for c in children} == (
+        job_ids
+    )
+
+
+def test_a_failed_job_prints_no_model_line(tmp_path: Path) -> None:
+    root = synthetic_project(tmp_path, {"params": {"x": "interval(0, 1)"}})
+    done = run_paiexp(
+        root, "-q", "+job.hyperparameters.fail=true", "job.hyperparameters.duration=0.1"
+    )
+    assert done.returncode == 1, done.stderr
+    assert re.search(r"job synthetic-\S+: FAILED", done.stderr), done.stderr
+    assert "model:" not in done.stderr
+    [run] = all_runs(root)
+    assert run.data.tags["paiexp.output.model"]  # it had a model channel: not printed
