@@ -135,16 +135,24 @@ def test_launchers_sharing_a_study_share_its_parent_run_and_best_tag(tmp_path: P
     follower.apply(start_child("job-1", 1))
     leader.apply(UpdateBest({"best_score": 0.5}, 1, {"paiexp.best_trial": "0"}, "job-0"))
     follower.apply(UpdateBest({"best_score": 0.25}, 2, {"paiexp.best_trial": "1"}, "job-1"))
-    stale = TrackingWorker(setup)
-    stale.apply(open_parent("sweep-1", None, leader=False))
-    stale.runs["job-0"] = leader.runs["job-0"]
-    stale.apply(UpdateBest({"best_score": 0.5}, 1, {"paiexp.best_trial": "0"}, "job-0"))
+    leader.apply(UpdateBest({"best_score": 0.5}, 1, {"paiexp.best_trial": "0"}, "job-0"))
     assert client.get_run(leader.parent_run_id).data.tags["paiexp.best_trial"] == "1"
-    best = {
-        job: client.get_run(w.runs[job]).data.tags["paiexp.best"]
-        for w, job in ((leader, "job-0"), (follower, "job-1"))
-    }
-    assert best == {"job-0": "false", "job-1": "true"}
+    runs = {"job-0": leader.runs["job-0"], "job-1": follower.runs["job-1"]}
+
+    def best() -> dict[str, str]:
+        return {
+            job: client.get_run(run).data.tags.get("paiexp.best", "") for job, run in runs.items()
+        }
+
+    assert best() == {"job-0": "false", "job-1": "true"}
+    # The leader's view names a best whose run the follower has not made yet: the follower
+    # tags it once made, with its next (earlier) view.
+    leader.apply(UpdateBest({"best_score": 0.1}, 3, {"paiexp.best_trial": "2"}, "job-2"))
+    assert best() == {"job-0": "false", "job-1": "true"}
+    follower.apply(start_child("job-2", 2))
+    runs["job-2"] = follower.runs["job-2"]
+    follower.apply(UpdateBest({"best_score": 0.25}, 2, {"paiexp.best_trial": "1"}, "job-1"))
+    assert best() == {"job-0": "false", "job-1": "false", "job-2": "true"}
 
 
 def test_runs_created_for_one_identity_resolve_to_the_oldest(tmp_path: Path) -> None:

@@ -60,8 +60,9 @@ IDLE_SECONDS_BEFORE_WARM_UP = 0.1
 PARENT_WAIT_SECONDS = 120.0
 PARENT_POLL_SECONDS = 0.5
 # On the parent run: how many complete trials its best was taken from (a launcher sharing the
-# study never overwrites a later view with an earlier one).
+# study never overwrites a later view with an earlier one), and the best trial's job.
 COMPLETE_TRIALS_TAG = "paiexp.complete_trials"
+BEST_JOB_TAG = "paiexp.best_job"
 
 
 def _yield_cpu() -> None:
@@ -246,26 +247,32 @@ class TrackingWorker:
         return None
 
     def update_best(self, call: UpdateBest) -> None:
-        """The study's best on the parent run and the best trial's run tagged, unless another
-        launcher sharing the study published a later view (more complete trials) already."""
+        """The study's best on the parent run, and the best trial's run tagged.
+
+        Launchers sharing the study each publish their view of it: an earlier view (fewer
+        complete trials) than the parent's adds only its metric steps, and tags the run of the
+        parent's best, which may not have existed when that view was published.
+        """
         now = time.time()
         points = [MetricPoint(name, value, call.step, now) for name, value in call.metrics.items()]
         parent = self.tracker.get_run(self.parent_run_id)
-        published = int(parent.tags.get(COMPLETE_TRIALS_TAG, -1)) if parent else -1
-        if call.step < published:
-            self.tracker.log_metrics(self.parent_run_id, points)  # steps: history only
+        tags = parent.tags if parent else {}
+        if call.step < int(tags.get(COMPLETE_TRIALS_TAG, -1)):
+            self.tracker.log_metrics(self.parent_run_id, points)
+            best_job = tags.get(BEST_JOB_TAG)
+        else:
+            view = {**call.tags, COMPLETE_TRIALS_TAG: str(call.step), BEST_JOB_TAG: call.best_job}
+            self.tracker.log_metrics(self.parent_run_id, points, tags=view)
+            best_job = call.best_job
+        if best_job is None or best_job == self._best_job:
             return
-        tags = {**call.tags, COMPLETE_TRIALS_TAG: str(call.step)}
-        self.tracker.log_metrics(self.parent_run_id, points, tags=tags)
-        if call.best_job is None or call.best_job == self._best_job:
-            return
-        best_run_id = self.runs.get(call.best_job)
+        best_run_id = self.runs.get(best_job)
         if best_run_id is None:  # another launcher's trial
-            best = self.tracker.child_run(self.parent_run_id, call.best_job)
+            best = self.tracker.child_run(self.parent_run_id, best_job)
             best_run_id = best.run_id if best else None
         if best_run_id is not None:
             self.tracker.tag_best(self.parent_run_id, best_run_id)
-            self._best_job = call.best_job
+            self._best_job = best_job
 
     def finish_parent(self, *, interrupted: bool, close: bool) -> None:
         """Plots and the trials table as artifacts; then close the parent run.
