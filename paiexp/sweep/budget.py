@@ -22,14 +22,12 @@ class TrialBudget:
         self.retries = retries
 
     def counted(self) -> int:
-        """Trials toward n_trials: running or finished; a re-run failure counts via its retry."""
+        """Trials toward n_trials: running or finished; a re-run failure counts via its retry
+        (only FAIL trials are ever marked re-run)."""
         from optuna.trial import TrialState
 
-        return sum(
-            1
-            for t in self.study.get_trials(deepcopy=False)
-            if t.state is not TrialState.WAITING and not retried(t)
-        )
+        states = (TrialState.RUNNING, TrialState.COMPLETE, TrialState.PRUNED)
+        return len(self.study.get_trials(deepcopy=False, states=states)) + self.failures()
 
     def failures(self) -> int:
         """Failed trials that were not re-run."""

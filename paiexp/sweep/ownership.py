@@ -8,26 +8,26 @@ trials it follows.  An owner is gone when it ran on this host and its process is
 its heartbeat has not changed for the grace period as another launcher watched it (that
 launcher's own clock: no clocks of two machines are compared).
 
-Every change of owner is an atomic claim, a compare-and-set on the trial's owner, so of two
-launchers adopting one trial exactly one wins.  A launcher acts on its trials only while its
-last heartbeat is less than half the grace period old; after a longer silence it claims its
-trials again under a new token first, and leaves those another launcher took meanwhile.
+Every change of owner is an atomic claim (:mod:`paiexp.sweep.claims`), so of two launchers
+adopting one trial exactly one wins.  A launcher acts on its trials only while its last
+heartbeat is less than half the grace period old; after a longer silence it claims its trials
+again under a new token first, and leaves those another launcher took meanwhile.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import secrets
 import socket
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from paiexp.errors import UserError
 from paiexp.processes import process_alive, process_start_time
-from paiexp.sweep.records import HEARTBEAT, OWNER
+from paiexp.sweep.claims import create_claims
+from paiexp.sweep.records import HEARTBEAT
 
 if TYPE_CHECKING:
     from optuna import Study, Trial
@@ -98,82 +98,6 @@ def trial_id(trial: Trial | FrozenTrial) -> int:
     return trial._trial_id
 
 
-class Claims(Protocol):
-    def claim(self, trial_id: int, expected: str | None, new: str) -> bool:
-        """Set a RUNNING trial's owner to ``new`` if it is ``expected`` (None: unset)."""
-
-
-class JournalClaims:
-    """Claims in a journal file: compare and set under a lock file that only paiexp's
-    launchers take (Optuna's own lock guards each append, not a read and a write)."""
-
-    def __init__(self, storage: BaseStorage, path: str) -> None:
-        from optuna.storages.journal import JournalFileSymlinkLock
-
-        self.storage = storage
-        self.lock = JournalFileSymlinkLock(f"{path}.paiexp-owner")
-
-    def claim(self, trial_id: int, expected: str | None, new: str) -> bool:
-        self.lock.acquire()
-        try:
-            trial = self.storage.get_trial(trial_id)  # reads every append made so far
-            if trial.state.is_finished() or trial.user_attrs.get(OWNER) != expected:
-                return False
-            self.storage.set_trial_user_attr(trial_id, OWNER, new)
-            return True
-        finally:
-            self.lock.release()
-
-
-class RdbClaims:
-    """Claims in an RDB storage: in one transaction that locks the trial's row (as Optuna's
-    own state changes do), the owner inserted where there is none (the attribute's unique
-    key refuses a second) or updated where it is the one expected."""
-
-    def __init__(self, url: str) -> None:
-        import sqlalchemy as sa
-
-        self.engine = sa.create_engine(url, pool_pre_ping=True)
-        self.attrs = sa.table(
-            "trial_user_attributes",
-            *(sa.column(name) for name in ("trial_id", "key", "value_json")),
-        )
-        self.trials = sa.table("trials", sa.column("trial_id"), sa.column("state"))
-
-    def claim(self, trial_id: int, expected: str | None, new: str) -> bool:
-        import sqlalchemy as sa
-
-        attrs, trials = self.attrs, self.trials
-        value = json.dumps(new)  # as Optuna stores a value
-        try:
-            with self.engine.begin() as connection:
-                state = connection.execute(
-                    sa.select(trials.c.state).where(trials.c.trial_id == trial_id).with_for_update()
-                ).scalar()
-                if str(state).rpartition(".")[2] != "RUNNING":
-                    return False
-                if expected is None:
-                    connection.execute(
-                        attrs.insert().values(trial_id=trial_id, key=OWNER, value_json=value)
-                    )
-                    return True
-                updated = connection.execute(
-                    attrs.update()
-                    .where(attrs.c.trial_id == trial_id)
-                    .where(attrs.c.key == OWNER)
-                    .where(attrs.c.value_json == json.dumps(expected))
-                    .values(value_json=value)
-                )
-                return bool(updated.rowcount == 1)
-        except sa.exc.IntegrityError:  # another launcher inserted an owner first
-            return False
-
-
-def create_claims(storage: BaseStorage, location: str) -> Claims:
-    """The claims of the study storage at ``location`` (an RDB URL or a journal file)."""
-    return RdbClaims(location) if "://" in location else JournalClaims(storage, location)
-
-
 class Lease:
     """This launcher's hold on its trials: its identity, heartbeats and claims.
 
@@ -184,7 +108,7 @@ class Lease:
 
     def __init__(self, study: Study, location: str, identity: Identity, grace: float) -> None:
         self.storage, self.study_id = study_storage(study)
-        self.claims = create_claims(self.storage, location)
+        self.claims = create_claims(self.storage, self.study_id, location)
         self.identity = identity
         self.grace = grace
         self.interval = grace / 4

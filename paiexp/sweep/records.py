@@ -6,7 +6,8 @@ submitted; ``paiexp:owner``, the launcher following it (changed only by an atomi
 :mod:`paiexp.sweep.ownership`); and, when it ended, why it failed and whether it was re-run.
 Per study: ``paiexp:sweep_id``, which tells its runs and jobs apart from those of another
 study of the same name; and, as system attributes, ``paiexp:heartbeat:<owner>``, the time of
-each launcher's last heartbeat.
+each launcher's last heartbeat, and on a database server ``paiexp:lock``, which launchers
+lock in turn.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ ATTEMPT = "paiexp:attempt"
 PRUNING = "paiexp:pruning"
 SWEEP_ID = "paiexp:sweep_id"
 HEARTBEAT = "paiexp:heartbeat:"  # + the owner
+LOCK = "paiexp:lock"  # the row launchers lock in turn (paiexp.sweep.claims)
 
 REASON_LIMIT = 2000  # characters of a failure reason kept in the storage
 

@@ -4,7 +4,8 @@ A RUNNING trial is adopted when its owner is gone (see :mod:`paiexp.sweep.owners
 this host, or silent for the grace period), or when it has a job name but no owner (an older
 paiexp, or a hand, left it: every launcher names itself before naming the job).  A trial
 asked by a launcher that died before claiming it stays ownerless; it is adopted once it has
-been so for the grace period.  The adopter claims it first, atomically, so that one launcher
+been so for the grace period (failed, and counted no more, if that launcher died before all
+its parameters were drawn).  The adopter claims it first, atomically, so that one launcher
 adopts each.  Then a trial without a job id is submitted again under the same name
 (submission is idempotent by name, so no job is created twice); a trial whose job is found is
 followed from its log's start; a trial whose submitted job is lost fails and, within
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from paiexp.errors import UserError
 from paiexp.sweep.ownership import Watch, dead_here, this_host, trial_id
-from paiexp.sweep.records import JOB_ID, JOB_NAME, OWNER, REASON
+from paiexp.sweep.records import JOB_ID, JOB_NAME, OWNER, REASON, RETRIED
 from paiexp.sweep.tracking_messages import FinishedTrial
 from paiexp.sweep.trial_jobs import InFlight, TrialJobs
 
@@ -69,6 +70,10 @@ class Adopter:
     def _adopt(self, frozen: FrozenTrial, owner: str | None) -> InFlight | None:
         jobs = self.jobs
         trial = reopen(jobs.study, frozen)
+        if owner is None and set(frozen.params) < set(jobs.distributions):
+            trial.set_user_attr(RETRIED, True)  # it never ran: it counts no more
+            jobs.fail(trial, "its launcher died while asking for it, before it had a job")
+            return None
         name = frozen.user_attrs.get(JOB_NAME) or jobs.job_name(frozen.number)
         trial.set_user_attr(JOB_NAME, name)
         if JOB_ID in frozen.user_attrs and jobs.backend.find(name) is None:

@@ -96,11 +96,13 @@ class Scheduler:
                 if self.sweep.on_interrupt == "detach":
                     return  # trials stay RUNNING; the next launch re-attaches to their jobs
                 self._stop_all()
-            while self._can_submit():
+            while self._may_submit():
                 self._hold()
-                flight = self.jobs.start()
+                flight = self.jobs.start()  # counts the budget, one launcher at a time
                 if flight is not None:
                     self.inflight.append(flight)
+                elif self.jobs.blocked:
+                    break
             if not self.inflight:
                 if self.interrupts or self.stop_reason or not self._await_others():
                     return
@@ -173,13 +175,17 @@ class Scheduler:
         return len(self.inflight) < self.sweep.parallelism and self._can_submit()
 
     def _can_submit(self) -> bool:
+        return self._may_submit() and self.budget.counted() < self.sweep.n_trials
+
+    def _may_submit(self) -> bool:
+        """Whether a slot is free and nothing stops the sweep (the budget aside)."""
         if self.stop_reason or len(self.inflight) >= self.sweep.parallelism:
             return False
         stop = self._why_stop()
         if stop is not None:
             self.stop_reason, self.stop_failed = stop
             return False
-        return self.budget.counted() < self.sweep.n_trials
+        return True
 
     def _why_stop(self) -> tuple[str, bool] | None:
         """Why no more trials may start, if so, and whether that fails the sweep."""

@@ -18,6 +18,7 @@ from paiexp.errors import UserError
 from paiexp.monitor import JobMonitor, JobResult
 from paiexp.spec import JobSpec
 from paiexp.sweep.ownership import Identity, Lease, trial_id
+from paiexp.sweep.progress import best_of
 from paiexp.sweep.records import (
     JOB_ID,
     JOB_NAME,
@@ -76,11 +77,14 @@ class TrialJobs:
         self.backend = prepared.backend
         self.builder = prepared.trials
         self.study_name = prepared.study_name
+        self.n_trials = prepared.sweep.n_trials
         self.objectives = prepared.objectives
         self.distributions = prepared.space.distributions()
         self.log_root = prepared.base_dir / ".paiexp" / "logs"
         self.unlabelled: dict[str, JobHandle] = {}  # jobs not yet told their run's id
         self.refused: str | None = None  # why the platform refuses this sweep's jobs
+        self.blocked = False  # the last start could not ask (see start)
+        self.published: tuple[int, ...] = ()  # the best trial(s) the parent run was told
 
     def job_name(self, number: int) -> str:
         return job_name(self.study_name, self.sweep_id, number)
@@ -95,11 +99,16 @@ class TrialJobs:
         return TrialRecord(spec, self.builder.data(params))
 
     def start(self) -> InFlight | None:
-        """Ask for a new trial and launch it; None if it ended at once (failed), or if another
-        launcher claimed it first (only one that found it ownerless for the grace period)."""
-        trial = self.study.ask(self.distributions)
-        if not self.lease.claim(trial_id(trial), None):
-            return None
+        """Ask for a new trial and launch it; None if it may not ask now (``blocked`` then
+        says so: the budget is spent, perhaps by another launcher's last trial, or another
+        launcher holds the study's lock), or if the trial ended at once (failed)."""
+        with self.lease.claims.exclusive() as acquired:  # launchers count and ask in turn
+            self.blocked = not acquired or self.budget.counted() >= self.n_trials
+            if self.blocked:
+                return None
+            trial = self.study.ask(self.distributions)
+            if not self.lease.claim(trial_id(trial), None):
+                return None  # adopted first: only by a launcher that found it ownerless long
         trial.set_user_attr(JOB_NAME, self.job_name(trial.number))
         return self.launch(trial)
 
@@ -195,7 +204,7 @@ class TrialJobs:
         self.progress.finished(trial.number, state.name, values, reason, retried=retried)
         for warning in result.warnings:
             log.warning("trial %d: %s", trial.number, warning)
-        self.publish_best()
+        self.publish_best(changed_only=True)
 
     def fail(
         self,
@@ -218,24 +227,31 @@ class TrialJobs:
         retried = bool(trial.user_attrs.get(RETRIED))
         self.progress.finished(trial.number, "FAIL", None, reason, retried=retried)
 
-    def publish_best(self) -> None:
-        """The best value (or Pareto front) so far, on the parent run and the terminal."""
+    def publish_best(self, *, changed_only: bool = False) -> None:
+        """The best value (or Pareto front) so far, on the terminal and on the parent run;
+        with ``changed_only``, on the parent run only if it changed."""
         from optuna.trial import TrialState
 
         complete = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         if not complete:
             return
+        best = best_of(self.study, self.objectives, complete)
+        self.progress.show_best(best)
+        numbers = tuple(t.number for t in best)
+        if changed_only and numbers == self.published:
+            return
+        self.published = numbers
         metrics: dict[str, float] = {}
         best_job: str | None = None
         if len(self.objectives) == 1:
-            best = self.study.best_trial
-            metrics[f"best_{self.objectives[0].metric}"] = float(best.values[0])
-            tags = {"paiexp.best_trial": str(best.number), "paiexp.best_value": repr(best.value)}
-            tags.update({f"paiexp.best.{k}": str(v) for k, v in best.params.items()})
-            best_job = best.user_attrs.get(JOB_NAME)
+            metrics[f"best_{self.objectives[0].metric}"] = float(best[0].values[0])
+            tags = {
+                "paiexp.best_trial": str(best[0].number),
+                "paiexp.best_value": repr(best[0].values[0]),
+            }
+            tags.update({f"paiexp.best.{k}": str(v) for k, v in best[0].params.items()})
+            best_job = best[0].user_attrs.get(JOB_NAME)
         else:
-            front = self.study.best_trials
-            metrics["pareto_front_size"] = float(len(front))
-            tags = {"paiexp.best_trials": ",".join(str(t.number) for t in front)}
-        self.progress.best(self.study)
+            metrics["pareto_front_size"] = float(len(best))
+            tags = {"paiexp.best_trials": ",".join(str(t.number) for t in best)}
         self.tracker.update_best(metrics, len(complete), tags, best_job)

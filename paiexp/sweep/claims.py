@@ -1,0 +1,163 @@
+"""Atomic steps that launchers sharing a study take one at a time: claims and budget checks.
+
+A claim sets a RUNNING trial's owner (``paiexp:owner``) only if it is the one expected: of
+two launchers adopting one trial, exactly one wins.  :meth:`Claims.exclusive` lets one
+launcher at a time check the study's budget and ask for a trial, so that launchers asking
+together never make more than ``n_trials``; a launcher that waits for it over
+:data:`LOCK_WAIT` seconds (another launcher holding it was stopped mid-step) goes on
+without it, to follow its jobs, and tries again later.
+
+In a journal file both go through a lock file beside it that only paiexp's launchers take
+(Optuna's own lock guards each append, not a read and a write); so do a SQLite database's.
+In a database server a claim is one transaction on Optuna's attribute table, and the
+exclusive step holds a row lock on an attribute of the study (``paiexp:lock``) that Optuna
+itself never locks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Protocol
+
+from paiexp.sweep.records import LOCK, OWNER
+
+if TYPE_CHECKING:
+    from optuna.storages import BaseStorage
+
+
+LOCK_WAIT = 2  # seconds a launcher waits for a database's lock row
+
+
+class Claims(Protocol):
+    def claim(self, trial_id: int, expected: str | None, new: str) -> bool:
+        """Set a RUNNING trial's owner to ``new`` if it is ``expected`` (None: unset)."""
+
+    def exclusive(self) -> contextlib.AbstractContextManager[bool]:
+        """Hold off every other launcher's exclusive step (and, in a file, its claims);
+        yields whether it got to (False: it waited too long)."""
+
+
+class FileClaims:
+    """Claims and the exclusive step under a lock file beside ``path`` (a journal file or a
+    SQLite database).  A lock left by a launcher that died is broken after 30 s."""
+
+    def __init__(self, storage: BaseStorage, path: str) -> None:
+        from optuna.storages.journal import JournalFileSymlinkLock
+
+        self.storage = storage
+        self.lock = JournalFileSymlinkLock(f"{path}.paiexp-owner")
+        self.held = False
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[bool]:
+        self.lock.acquire()
+        self.held = True
+        try:
+            yield True
+        finally:
+            self.held = False
+            with contextlib.suppress(RuntimeError):  # broken meanwhile (held over 30 s)
+                self.lock.release()
+
+    def claim(self, trial_id: int, expected: str | None, new: str) -> bool:
+        if not self.held:
+            with self.exclusive():
+                return self.claim(trial_id, expected, new)
+        trial = self.storage.get_trial(trial_id)  # reads every write made so far
+        if trial.state.is_finished() or trial.user_attrs.get(OWNER) != expected:
+            return False
+        self.storage.set_trial_user_attr(trial_id, OWNER, new)
+        return True
+
+
+class RdbClaims:
+    """Claims in a database server: in one transaction that locks the trial's row (as
+    Optuna's own state changes do), the owner inserted where there is none (the attribute's
+    unique key refuses a second) or updated where it is the one expected."""
+
+    def __init__(self, storage: BaseStorage, study_id: int, url: str) -> None:
+        import sqlalchemy as sa
+
+        self.study_id = study_id
+        self.engine = sa.create_engine(url, pool_pre_ping=True)
+        columns = ("trial_id", "key", "value_json")
+        self.attrs = sa.table("trial_user_attributes", *(sa.column(c) for c in columns))
+        self.trials = sa.table("trials", sa.column("trial_id"), sa.column("state"))
+        self.study_attrs = sa.table("study_system_attributes", *map(sa.column, ("study_id", "key")))
+        storage.set_study_system_attr(study_id, LOCK, True)  # the row exclusive() locks
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[bool]:
+        import sqlalchemy as sa
+
+        attrs = self.study_attrs
+        lock = (
+            sa.select(attrs.c.key)
+            .where(attrs.c.study_id == self.study_id)
+            .where(attrs.c.key == LOCK)
+            .with_for_update()
+        )
+        with self.engine.begin() as connection:
+            self._wait_briefly(connection)
+            try:
+                connection.execute(lock)
+            except sa.exc.OperationalError:  # waited too long: its transaction rolls back
+                acquired = False
+            else:
+                acquired = True
+            yield acquired
+
+    def _wait_briefly(self, connection: Any) -> None:
+        """Row locks in this transaction are waited for at most LOCK_WAIT seconds."""
+        import sqlalchemy as sa
+
+        dialect = self.engine.dialect.name
+        if dialect == "postgresql":
+            connection.execute(sa.text(f"SET LOCAL lock_timeout = '{LOCK_WAIT}s'"))
+        elif dialect in ("mysql", "mariadb"):
+            connection.execute(sa.text(f"SET SESSION innodb_lock_wait_timeout = {LOCK_WAIT}"))
+
+    def claim(self, trial_id: int, expected: str | None, new: str) -> bool:
+        import sqlalchemy as sa
+
+        attrs, trials = self.attrs, self.trials
+        value = json.dumps(new)  # as Optuna stores a value
+        try:
+            with self.engine.begin() as connection:
+                self._wait_briefly(connection)
+                state = connection.execute(
+                    sa.select(trials.c.state).where(trials.c.trial_id == trial_id).with_for_update()
+                ).scalar()
+                if str(state).rpartition(".")[2] != "RUNNING":
+                    return False
+                if expected is None:
+                    connection.execute(
+                        attrs.insert().values(trial_id=trial_id, key=OWNER, value_json=value)
+                    )
+                    return True
+                updated = connection.execute(
+                    attrs.update()
+                    .where(attrs.c.trial_id == trial_id)
+                    .where(attrs.c.key == OWNER)
+                    .where(attrs.c.value_json == json.dumps(expected))
+                    .values(value_json=value)
+                )
+                return bool(updated.rowcount == 1)
+        except sa.exc.IntegrityError:  # another launcher inserted an owner first
+            return False
+        except sa.exc.OperationalError:  # its row stayed locked: another check tries again
+            return False
+
+
+def create_claims(storage: BaseStorage, study_id: int, location: str) -> Claims:
+    """The claims of the study storage at ``location``: an RDB URL or a journal file."""
+    if "://" not in location:
+        return FileClaims(storage, location)
+    import sqlalchemy as sa
+
+    url = sa.engine.make_url(location)
+    if url.get_backend_name() == "sqlite":  # no row locks: a lock file beside the database
+        return FileClaims(storage, str(url.database))
+    return RdbClaims(storage, study_id, location)
