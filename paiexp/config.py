@@ -175,6 +175,9 @@ class SweepConfig:
     retries: int = 1
     enqueue: list[dict[str, Any]] = field(default_factory=list)
     on_interrupt: InterruptMode = InterruptMode.stop
+    # A registered model: the best trial's model becomes a version of it (alias best: the
+    # best version so far).
+    register: str | None = None
 
 
 @dataclass

@@ -27,6 +27,7 @@ from paiexp.record import RunRecord
 from paiexp.redact import redact_url
 
 if TYPE_CHECKING:
+    from paiexp.models import Candidate, Registered
     from paiexp.monitor import JobResult
 
 TAG_PREFIX = "paiexp."
@@ -261,6 +262,15 @@ class MlflowTracker:
                 path.parent.mkdir(exist_ok=True)
                 path.write_text(text, encoding="utf-8")
             self._client.log_artifacts(run_id, directory)
+        self.log_datasets(run_id, record.spec.inputs)
+
+    def log_datasets(self, run_id: str, inputs: Mapping[str, str]) -> None:
+        """A run's input channels as its MLflow dataset inputs (see :mod:`paiexp.datasets`)."""
+        from paiexp.datasets import dataset_inputs
+
+        datasets = dataset_inputs(inputs)
+        if datasets:
+            self._client.log_inputs(run_id, datasets=datasets)
 
     def set_tags(self, run_id: str, tags: Mapping[str, str | None]) -> None:
         """Set the tags whose value is not None."""
@@ -337,7 +347,33 @@ class MlflowTracker:
         self._client.log_batch(run_id, metrics=metrics, params=params, tags=_tags(tags))
         if result.log_path is not None and result.log_path.exists():
             self.log_artifact(run_id, result.log_path, "logs")
+        if result.model_uri and status == "FINISHED":
+            self.log_model(run_id, result.model_uri)
         self.terminate(run_id, status)
+
+    def run_model(self, run_id: str) -> str | None:
+        """The id of the logged model ``run_id`` produced, if any."""
+        from paiexp.models import run_model
+
+        return run_model(self._client, self.experiment_id, run_id)
+
+    def model_uri(self, model_id: str) -> str:
+        """Where a logged model's files are."""
+        from paiexp.models import model_uri
+
+        return model_uri(self._client, model_id)
+
+    def register(self, name: str, candidate: Candidate) -> Registered:
+        """Register ``candidate``'s model in ``name`` (see :func:`paiexp.models.register`)."""
+        from paiexp.models import register
+
+        return register(self._client, name, candidate)
+
+    def log_model(self, run_id: str, model_uri: str) -> str:
+        """The model a run's job wrote, as an MLflow logged model (see :mod:`paiexp.models`)."""
+        from paiexp.models import log_external_model
+
+        return log_external_model(self._client, self.experiment_id, run_id, model_uri)
 
     def fail(self, run_id: str, reason: str) -> None:
         """Close a run whose job never got to run (e.g. the submission itself failed)."""

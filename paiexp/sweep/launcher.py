@@ -86,6 +86,11 @@ def prepare_sweep(
     backend.validate(probe)
     objectives = parse_objectives(sweep.objective, probe.metric_definitions)
     pruning = check_sweep_settings(sweep, objectives, probe.metric_definitions)
+    if sweep.register is not None and len(objectives) > 1:
+        raise UserError(
+            "sweep.register: a multi-objective study has no one best trial to register; "
+            "set sweep.register null"
+        )
     sampled = {name for name in space.params if name not in space.fixed()}
     for index, point in enumerate(sweep.enqueue):
         unknown = set(point) - sampled
@@ -187,6 +192,8 @@ def tracking_setup(prepared: PreparedSweep) -> TrackingSetup:
         base_dir=prepared.base_dir,
         overrides=prepared.overrides,
         source=prepared.source,
+        register=prepared.sweep.register,
+        objective=prepared.objectives[0].metric,
     )
 
 

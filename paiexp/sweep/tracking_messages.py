@@ -30,6 +30,8 @@ class TrackingSetup:
     base_dir: Path
     overrides: tuple[str, ...]
     source: SourceInfo | None
+    register: str | None = None  # sweep.register: the registered model of the best trial's
+    objective: str | None = None  # the metric of its (first) objective
 
 
 @dataclass(frozen=True)

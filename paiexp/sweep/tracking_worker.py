@@ -25,6 +25,7 @@ from paiexp.metrics import MetricPoint
 from paiexp.monitor import JobMonitor
 from paiexp.record import RunRecord, make_record
 from paiexp.sweep.opening import PARENT_RUN_ATTR
+from paiexp.sweep.records import JOB_NAME
 from paiexp.sweep.study_artifacts import study_artifacts, warm_up
 from paiexp.sweep.tracking_messages import (
     Call,
@@ -286,7 +287,42 @@ class TrackingWorker:
             with tempfile.TemporaryDirectory() as directory:
                 for artifact_dir, path in study_artifacts(self.study, Path(directory)):
                     self.tracker.log_artifact(self.parent_run_id, path, artifact_dir)
+            if self.setup.register:
+                self.register_best(self.setup.register)
         self.tracker.terminate(self.parent_run_id, "KILLED" if interrupted else "FINISHED")
+
+    def register_best(self, name: str) -> None:
+        """The best trial's model as a version of the registered model ``name``; the alias
+        ``best`` moves to it only if it beats the value the current ``best`` carries."""
+        from paiexp.models import Candidate
+
+        study = self.study
+        try:
+            trial = study.best_trial
+        except ValueError:  # no complete trial
+            log.warning("sweep.register: no complete trial, nothing registered in %s", name)
+            return
+        job_name = trial.user_attrs.get(JOB_NAME)
+        run = self.tracker.child_run(self.parent_run_id, job_name) if job_name else None
+        model_id = self.tracker.run_model(run.run_id) if run else None
+        if run is None or model_id is None:
+            log.warning("sweep.register: trial %d left no model to register", trial.number)
+            return
+        candidate = Candidate(
+            run_id=run.run_id,
+            model_id=model_id,
+            model_uri=self.tracker.model_uri(model_id),
+            value=float(trial.value),
+            direction=study.direction.name.lower(),
+            study=self.setup.study_name,
+            trial=trial.number,
+            metric=self.setup.objective,
+        )
+        registered = self.tracker.register(name, candidate)
+        self.tracker.set_tags(
+            self.parent_run_id,
+            {"paiexp.registered": f"{name} version {registered.version}"},
+        )
 
     # -- children --------------------------------------------------------------------------
 

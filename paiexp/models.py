@@ -1,0 +1,162 @@
+"""Models in MLflow: the model a job wrote as an MLflow 3 logged model, and the best trial's
+model registered.
+
+A job's model stays where the job wrote it (oss:// or file://): its logged model is an
+external one (MLflow keeps only a stub MLmodel file), its URI in the ``paiexp.model_uri`` tag,
+linked to its run as the run's output, with the run's params and its final metrics (logged
+with the model's id, so the Models tab lists and sorts them).  Registering makes it a version
+of a registered model carrying the study, trial and objective value; the alias ``best`` moves
+to a version only when its objective value beats the one the current ``best`` carries.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+MODEL_URI_TAG = "paiexp.model_uri"
+BEST_ALIAS = "best"
+STUDY_TAG = "paiexp.study"
+TRIAL_TAG = "paiexp.trial"
+VALUE_TAG = "paiexp.objective_value"
+DIRECTION_TAG = "paiexp.direction"
+METRIC_TAG = "paiexp.objective"
+MODEL_ID_TAG = "paiexp.model_id"  # the SQL registry keeps no model_id of a version of a URI
+
+
+def log_external_model(client: Any, experiment_id: str, run_id: str, model_uri: str) -> str:
+    """The id of the logged model of ``run_id`` at ``model_uri`` (created once per run)."""
+    from mlflow.entities import LoggedModelOutput, LoggedModelStatus, Metric
+    from mlflow.models.model import MLMODEL_FILE_NAME
+    from mlflow.models.utils import get_external_mlflow_model_spec
+    from mlflow.utils.mlflow_tags import MLFLOW_MODEL_IS_EXTERNAL
+
+    existing = run_model(client, experiment_id, run_id)
+    if existing is not None:
+        return existing
+    run = client.get_run(run_id)
+    name = run.data.tags.get("paiexp.job_name") or run.info.run_name
+    model = client.create_logged_model(
+        experiment_id,
+        name=name,
+        source_run_id=run_id,
+        tags={MLFLOW_MODEL_IS_EXTERNAL: "true", MODEL_URI_TAG: model_uri},
+        params={k: v for k, v in run.data.params.items() if k != MODEL_URI_TAG},
+    )
+    with tempfile.TemporaryDirectory() as directory:
+        get_external_mlflow_model_spec(model).save(f"{directory}/{MLMODEL_FILE_NAME}")
+        client.log_model_artifacts(model.model_id, directory)
+    client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
+    client.log_outputs(run_id, [LoggedModelOutput(model.model_id, step=0)])
+    final = [
+        Metric(m.key, m.value, m.timestamp, m.step, model_id=model.model_id, run_id=run_id)
+        for m in run.data._metric_objs
+    ]
+    if final:
+        client.log_batch(run_id, metrics=final)
+    return str(model.model_id)
+
+
+def run_model(client: Any, experiment_id: str, run_id: str) -> str | None:
+    """The id of the logged model a run produced (the oldest), if any."""
+    found = client.search_logged_models(
+        [experiment_id], filter_string=f"source_run_id = '{run_id}'", max_results=50
+    )
+    models = sorted(found, key=lambda m: (m.creation_timestamp, m.model_id))
+    return str(models[0].model_id) if models else None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """What a registered version records of the model it holds."""
+
+    run_id: str
+    model_id: str
+    model_uri: str
+    value: float | None = None
+    direction: str = "minimize"
+    study: str | None = None
+    trial: int | None = None
+    metric: str | None = None
+
+    def tags(self) -> dict[str, str]:
+        tags = {
+            MODEL_ID_TAG: self.model_id,
+            STUDY_TAG: self.study,
+            TRIAL_TAG: None if self.trial is None else str(self.trial),
+            VALUE_TAG: None if self.value is None else repr(self.value),
+            DIRECTION_TAG: self.direction if self.value is not None else None,
+            METRIC_TAG: self.metric,
+        }
+        return {k: v for k, v in tags.items() if v is not None}
+
+
+def model_uri(client: Any, model_id: str) -> str:
+    """Where a logged model's files are (its ``paiexp.model_uri`` tag)."""
+    model = client.get_logged_model(model_id)
+    return str(model.tags.get(MODEL_URI_TAG) or model.artifact_location)
+
+
+@dataclass(frozen=True)
+class Registered:
+    version: str
+    new: bool  # a version created now (not one registered before)
+    best: bool  # the alias ``best`` points at it
+
+
+def register(client: Any, name: str, candidate: Candidate) -> Registered:
+    """Make ``candidate``'s model a version of the registered model ``name`` (once per logged
+    model), and move ``best`` to it when it improves on the current ``best`` version."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.create_registered_model(name)
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+    version, new = _version(client, name, candidate)
+    current = _best(client, name)
+    held = None if current is None else str(current.version)
+    moves = held is None or held == version or _improves(candidate, current)
+    if moves and held != version:
+        client.set_registered_model_alias(name, BEST_ALIAS, version)
+    return Registered(version=version, new=new, best=moves)
+
+
+def _version(client: Any, name: str, candidate: Candidate) -> tuple[str, bool]:
+    for version in client.search_model_versions(f"name = '{name}'"):
+        if candidate.model_id in (version.model_id, version.tags.get(MODEL_ID_TAG)):
+            return str(version.version), False
+    created = client.create_model_version(
+        name,
+        source=candidate.model_uri,  # not models:/m-...: MLflow would look that up elsewhere
+        run_id=candidate.run_id,
+        tags=candidate.tags(),
+        model_id=candidate.model_id,
+    )
+    return str(created.version), True
+
+
+def _best(client: Any, name: str) -> Any:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_model_version_by_alias(name, BEST_ALIAS)
+    except MlflowException:
+        return None
+
+
+def _improves(candidate: Candidate, current: Any) -> bool:
+    """Whether ``candidate``'s value beats the one the ``best`` version carries (a version
+    without one is beaten by any value; a candidate without one beats nothing)."""
+    if candidate.value is None or math.isnan(candidate.value):
+        return False
+    try:
+        value = float(current.tags[VALUE_TAG])
+    except (KeyError, ValueError):
+        return True
+    if candidate.direction == "maximize":
+        return candidate.value > value
+    return candidate.value < value
