@@ -11,7 +11,7 @@ import yaml
 from cli_backends import CliBackend
 from conftest import all_runs, run_paiexp
 
-SCRIPT = '''\
+SCRIPT = """\
 import json
 import os
 
@@ -26,7 +26,7 @@ with open("/ml/code/README", "r") as stream:  # the older name of /ml/usercode
     assert stream.read() == "code\\n"
 with open("/ml/output/output_parameters/test-accuracy", "w") as stream:
     stream.write(str(0.5 + int(hps["max_depth"]) / 16))
-'''
+"""
 
 
 def write_project(project: Path) -> None:
