@@ -9,6 +9,7 @@
     paiexp attach JOB_NAME             follow a job whose launcher died, and close its run
     paiexp init [DIR]                  write a starter project (conf/, sweeps/, examples/)
     paiexp download RUN_ID DEST        fetch a run's model (or --channel NAME) from OSS
+    paiexp register RUN_ID NAME        a run's model as a version of NAME (alias best if better)
     paiexp images [--framework NAME]   list official PAI training images
     paiexp report [SWEEP | RUN_ID]     a sweep's top trials, and its plots as one HTML file
     paiexp import pai JOB_ID... | --label K=V | --since DATE   PAI jobs made elsewhere as runs
@@ -212,6 +213,22 @@ def rerun_command(argv: Sequence[str]) -> int:
     return _run(job, quiet=args.quiet, extra_tags={"paiexp.rerun_of": tracked.run_id})
 
 
+def register_command(argv: Sequence[str]) -> int:
+    parser = _parser("paiexp register", "Make a run's model a version of a registered model.")
+    parser.add_argument("run_id", metavar="RUN_ID")
+    parser.add_argument("name", metavar="NAME", help="the registered model")
+    args = parser.parse_intermixed_args(argv)
+
+    from paiexp.compose import compose, to_object
+    from paiexp.runs import open_tracker
+
+    tracker = open_tracker(to_object(compose(_project(args), [])))
+    registered = tracker.register_run(_get_run(tracker, args.run_id).run_id, args.name)
+    best = "" if registered.best else f"; best stays version {registered.best_version}"
+    print(f"{args.name} version {registered.version}{' (best)' if registered.best else best}")
+    return 0
+
+
 def attach_command(argv: Sequence[str]) -> int:
     parser = _parser("paiexp attach", "Follow a job whose launcher died, and close its run.")
     parser.add_argument("job_name", metavar="JOB_NAME")
@@ -403,6 +420,7 @@ COMMANDS = {
     "attach": attach_command,
     "init": init_command,
     "download": download_command,
+    "register": register_command,
     "images": images_command,
     "report": report_command,
     "import": import_command,

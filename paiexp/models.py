@@ -12,6 +12,7 @@ to a version only when its objective value beats the one the current ``best`` ca
 from __future__ import annotations
 
 import math
+import re
 import tempfile
 from dataclasses import dataclass
 from typing import Any
@@ -103,7 +104,11 @@ def model_uri(client: Any, model_id: str) -> str:
 class Registered:
     version: str
     new: bool  # a version created now (not one registered before)
-    best: bool  # the alias ``best`` points at it
+    best_version: str  # the version the alias ``best`` points at
+
+    @property
+    def best(self) -> bool:
+        return self.best_version == self.version
 
 
 def register(client: Any, name: str, candidate: Candidate) -> Registered:
@@ -122,7 +127,42 @@ def register(client: Any, name: str, candidate: Candidate) -> Registered:
     moves = held is None or held == version or _improves(candidate, current)
     if moves and held != version:
         client.set_registered_model_alias(name, BEST_ALIAS, version)
-    return Registered(version=version, new=new, best=moves)
+    return Registered(version=version, new=new, best_version=version if moves else str(held))
+
+
+def run_candidate(client: Any, run_id: str) -> Candidate:
+    """What registering a run's model records: its logged model (made now from its
+    ``paiexp.model_uri`` tag if it has none, e.g. a run older than logged models) and, for a
+    sweep's trial, the study, trial number and objective value its parent run names."""
+    from paiexp.errors import UserError
+
+    run = client.get_run(run_id)
+    experiment_id = run.info.experiment_id
+    model_id = run_model(client, experiment_id, run_id)
+    if model_id is None:
+        uri = run.data.tags.get(MODEL_URI_TAG)
+        if uri is None or run.info.status != "FINISHED":
+            raise UserError(f"run_id: run {run_id} is no finished run with a model to register")
+        model_id = log_external_model(client, experiment_id, run_id, uri)
+    candidate = Candidate(run_id, model_id, model_uri(client, model_id))
+    parent_id = run.data.tags.get("mlflow.parentRunId")
+    if parent_id is None:
+        return candidate
+    parent = client.get_run(parent_id).data.params
+    objective = re.fullmatch(r"(\S+) \((minimize|maximize)\)", parent.get("sweep.objective", ""))
+    trial = run.data.tags.get("paiexp.trial_number")
+    if objective is None or objective.group(1) not in run.data.metrics:
+        return candidate
+    return Candidate(
+        run_id,
+        model_id,
+        candidate.model_uri,
+        value=float(run.data.metrics[objective.group(1)]),
+        direction=objective.group(2),
+        study=parent.get("sweep.study_name"),
+        trial=int(trial) if trial is not None else None,
+        metric=objective.group(1),
+    )
 
 
 def _version(client: Any, name: str, candidate: Candidate) -> tuple[str, bool]:

@@ -369,6 +369,12 @@ class MlflowTracker:
 
         return register(self._client, name, candidate)
 
+    def register_run(self, run_id: str, name: str) -> Registered:
+        """Register the model of ``run_id`` (see :func:`paiexp.models.run_candidate`)."""
+        from paiexp.models import register, run_candidate
+
+        return register(self._client, name, run_candidate(self._client, run_id))
+
     def log_model(self, run_id: str, model_uri: str) -> str:
         """The model a run's job wrote, as an MLflow logged model (see :mod:`paiexp.models`)."""
         from paiexp.models import log_external_model

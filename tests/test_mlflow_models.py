@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import mlflow_client, run_paiexp
+from conftest import assert_one_line_error, mlflow_client, run_paiexp
 from sweep_helpers import synthetic_project
 
 JOB = {
@@ -103,6 +103,18 @@ def test_trials_models_are_logged_models_and_the_best_one_is_registered(tmp_path
     assert better.run_id == trial_runs(client, "third")["0.1"].info.run_id
     assert float(better.tags["paiexp.objective_value"]) == pytest.approx(0.01)
 
+    # paiexp register: a trial's run by id, with what its parent run says of the objective;
+    # registering a model twice gives the version it has.
+    worse = runs["0.5"].info.run_id
+    done = run_paiexp(root, "register", worse, "syn-model")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"syn-model version 4; best stays version {better.version}"
+    version = client.get_model_version("syn-model", "4")
+    assert (version.run_id, version.tags["paiexp.objective_value"]) == (worse, "0.25")
+    assert version.tags["paiexp.objective"] == "score"
+    done = run_paiexp(root, "register", better.run_id, "syn-model")
+    assert done.stdout.strip() == f"syn-model version {better.version} (best)"
+
     # Each run's inputs: its channels, with the content hashes of the file and directory.
     train = hashlib.sha256((root / "data" / "train.csv").read_bytes()).hexdigest()
     for run in runs.values():
@@ -113,3 +125,24 @@ def test_trials_models_are_logged_models_and_the_best_one_is_registered(tmp_path
         assert inputs["train"].source == (root / "data" / "train.csv").resolve().as_uri()
         assert len(inputs["extra"].digest) == 16
     assert len({d.dataset.digest for r in runs.values() for d in r.inputs.dataset_inputs}) == 2
+
+
+def test_a_single_runs_model_is_logged_and_registered_by_run_id(tmp_path: Path) -> None:
+    root = project(tmp_path)
+    done = run_paiexp(root, "job.hyperparameters.x=0.3")
+    assert done.returncode == 0, done.stdout + done.stderr
+    client = mlflow_client(root)
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    (model,) = client.search_logged_models([run.info.experiment_id])
+    assert model.source_run_id == run.info.run_id
+    assert {m.key: m.value for m in model.metrics}["score"] == pytest.approx(0.09)
+    assert {d.dataset.name for d in run.inputs.dataset_inputs} == {"train", "extra"}
+
+    done = run_paiexp(root, "register", run.info.run_id, "single")
+    assert (done.returncode, done.stdout.strip()) == (0, "single version 1 (best)"), done.stderr
+    best = client.get_model_version_by_alias("single", "best")
+    assert (best.run_id, best.source) == (run.info.run_id, model.tags["paiexp.model_uri"])
+    assert "paiexp.objective_value" not in best.tags  # a single run has no objective
+
+    line = assert_one_line_error(run_paiexp(root, "register", "0" * 32, "single"))
+    assert "run_id: no MLflow run '" + "0" * 32 in line
