@@ -30,9 +30,9 @@ def sweep(root: Path, study: str, xs: list[float]) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def project(tmp_path: Path) -> Path:
+def project(tmp_path: Path, **sweep: Any) -> Path:
     root = synthetic_project(
-        tmp_path, {"params": {"x": "interval(0, 1)"}, "sampler": {"name": "random"}}, JOB
+        tmp_path, {"params": {"x": "interval(0, 1)"}, "sampler": {"name": "random"}, **sweep}, JOB
     )
     (root / "data" / "extra").mkdir(parents=True)
     (root / "data" / "train.csv").write_text("a,b\n1,2\n")
@@ -146,3 +146,11 @@ def test_a_single_runs_model_is_logged_and_registered_by_run_id(tmp_path: Path) 
 
     line = assert_one_line_error(run_paiexp(root, "register", "0" * 32, "single"))
     assert "run_id: no MLflow run '" + "0" * 32 in line
+
+
+def test_register_of_a_multi_objective_sweep_is_a_one_line_error(tmp_path: Path) -> None:
+    objectives = [{"metric": "score", "direction": "minimize"}, {"metric": "loss"}]
+    root = project(tmp_path, objective=objectives)
+    done = run_paiexp(root, "+sweep=syn", "sweep.register=syn-model")
+    assert assert_one_line_error(done).startswith("paiexp: error: sweep.register: a multi-obj")
+    assert not (root / "mlflow.db").exists()
