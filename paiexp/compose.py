@@ -43,6 +43,11 @@ class Project:
         return self.config_dir.parent
 
     @property
+    def config_dirs(self) -> tuple[Path, ...]:
+        """The search path's directories, in order: the primary one, then each added one."""
+        return (self.config_dir, *self.search_dirs)
+
+    @property
     def sweeps_dir(self) -> Path:
         return self.base_dir / "sweeps"
 

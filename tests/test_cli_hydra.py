@@ -65,6 +65,23 @@ def test_config_dir_adds_to_the_search_path_after_the_primary_one(tmp_path: Path
     assert_nothing_started(root)
 
 
+def test_a_pipeline_step_takes_a_job_config_from_an_added_directory(tmp_path: Path) -> None:
+    root = hydra_project(tmp_path)
+    (root / "pipelines").mkdir()
+    (root / "pipelines" / "extra.yaml").write_text(
+        "pipeline:\n  steps:\n    a: {job: other}\n"
+        "    b: {depends: [a], when: 'steps.a.nope == 1'}\n"
+    )
+    # the job config is found in the added directory; the next mistake is the one reported
+    for args, mentions in [
+        (("-cd", "extra"), "steps.a.nope"),
+        ((), "no such job config 'other'"),
+    ]:
+        done = run_paiexp(root, *args, "+pipeline=extra", timeout=120)
+        assert done.returncode == 2 and mentions in done.stderr, done.stderr
+    assert_nothing_started(root)
+
+
 def test_config_path_names_the_primary_directory(tmp_path: Path) -> None:
     root = hydra_project(tmp_path)
     project = root / "elsewhere"

@@ -41,7 +41,8 @@ class StepConfigs:
                 )
             selection.append(f"+sweep={step.sweep}")
         if step.job is not None:
-            jobs = sorted(p.stem for p in (self.project.config_dir / "job").glob("*.yaml"))
+            dirs = self.project.config_dirs
+            jobs = sorted({p.stem for d in dirs for p in (d / "job").glob("*.yaml")})
             if step.job not in jobs:
                 raise UserError(
                     f"{step.key('job')}: no such job config {step.job!r} in conf/job/; "
