@@ -3,8 +3,10 @@ the environment; ``--help`` lists the subcommands; a missing ``[pai]`` extra is 
 ``paiexp images`` too; a sweep's summary suggests only tools that are there, by a path that
 works outside the environment, and prints its best parameters as ``key=value``; its status
 line counts pruned trials as done; its child runs carry ``paiexp.job_id``; with ``-q`` a
-failed job prints no ``model:`` line.  (``rerun`` without arguments and ``sweep=`` without
-``+``: tests/test_bad_input.py and tests/test_sweep_bad_input.py.)"""
+failed job prints no ``model:`` line; ``paiexp download`` reads a local store's run without
+MLflow, and reads what MLflow's client reads.  (``rerun`` without arguments and ``sweep=``
+without ``+``: tests/test_bad_input.py and tests/test_sweep_bad_input.py; the latency:
+benchmarks/cli_latency.py.)"""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import os
 import re
 from pathlib import Path
 
+import pytest
 from conftest import (
     REPO,
     all_runs,
@@ -26,8 +29,11 @@ from rich.console import Console
 from sweep_helpers import load_study, sweep_runs, synthetic_project, third_trial_pruned
 
 from paiexp.cli import COMMANDS
+from paiexp.compose import compose, locate_project, to_object
+from paiexp.download import mlflow_run, sqlite_file, sqlite_run
 from paiexp.sweep.progress import Progress
 from paiexp.sweep.study import Objective
+from paiexp.tracking import tracking_uri
 
 OUTSIDE_THE_VENV = "/usr/local/bin:/usr/bin:/bin"  # PATH without the environment's bin/
 
@@ -98,7 +104,7 @@ def test_a_sweeps_summary_and_runs(tmp_path: Path) -> None:
     )
 
 
-def test_a_failed_job_prints_no_model_line(tmp_path: Path) -> None:
+def test_a_failed_job_prints_no_model_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = synthetic_project(tmp_path, {"params": {"x": "interval(0, 1)"}})
     done = run_paiexp(
         root, "-q", "+job.hyperparameters.fail=true", "job.hyperparameters.duration=0.1"
@@ -108,3 +114,18 @@ def test_a_failed_job_prints_no_model_line(tmp_path: Path) -> None:
     assert "model:" not in done.stderr
     [run] = all_runs(root)
     assert run.data.tags["paiexp.output.model"]  # it had a model channel: not printed
+
+    # paiexp download reads a local store's run without MLflow: the same run MLflow reads
+    monkeypatch.chdir(root)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    config = to_object(compose(locate_project(), []))
+    database = sqlite_file(tracking_uri(config.tracker.uri))
+    assert database == root / "mlflow.db"
+    direct, through_mlflow = (
+        sqlite_run(database, run.info.run_id),
+        mlflow_run(config, run.info.run_id),
+    )
+    assert direct is not None and through_mlflow is not None
+    assert direct.tags == through_mlflow.tags == run.data.tags
+    assert direct.config_text() == through_mlflow.config_text()
+    assert sqlite_run(database, "0" * 32) is None
