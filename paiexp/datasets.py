@@ -1,12 +1,13 @@
 """A run's input channels as MLflow dataset inputs: name = channel, source = its URI, digest =
 a content hash of a local file or directory (cached by the files' sizes and modification
-times, so a sweep's trials sharing an input hash it once), or the content address of an OSS
-input paiexp uploaded (``.../inputs/<digest>/...``)."""
+times, so a sweep's trials sharing an input hash it once), or an OSS input's ETag (a prefix:
+a hash of its objects' names and ETags), read in one listing with the run's backend's OSS
+endpoint and the environment's credentials; "unknown" when it cannot be read."""
 
 from __future__ import annotations
 
 import hashlib
-import re
+import logging
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -14,18 +15,24 @@ from typing import Any
 
 from paiexp.source import iter_source_files, source_digest
 
-DIGEST_CHARS = 16  # MLflow keeps at most 36 characters of a dataset's digest
-UPLOADED = re.compile(r"/inputs/([0-9a-f]{8,})(/|$)")
+DIGEST_CHARS = 16
+MAX_DIGEST_CHARS = 36  # what MLflow keeps of a dataset's digest
+UNKNOWN = "unknown"
+
+log = logging.getLogger(__name__)
 
 
-def dataset_inputs(inputs: Mapping[str, str]) -> list[Any]:
-    """MLflow ``DatasetInput``s of a job's input channels, in channel order."""
+def dataset_inputs(inputs: Mapping[str, str], backend: Mapping[str, Any]) -> list[Any]:
+    """MLflow ``DatasetInput``s of a job's input channels, in channel order; ``backend``: the
+    run's backend config (where its OSS is)."""
     from mlflow.entities import Dataset, DatasetInput, InputTag
 
+    remote = [uri for uri in inputs.values() if uri.startswith("oss://")]
+    etags = oss_digests(backend, remote) if remote else {}
     datasets = []
     for channel, uri in sorted(inputs.items()):
         if uri.startswith("oss://"):
-            source_type, source, digest = "oss", uri, _oss_digest(uri)
+            source_type, source, digest = "oss", uri, etags.get(uri, UNKNOWN)
         else:
             path = Path(uri)
             source_type, source, digest = "local", path.as_uri(), local_digest(path)
@@ -45,10 +52,50 @@ def local_digest(path: Path) -> str:
         return "missing"
 
 
-def _oss_digest(uri: str) -> str:
-    """The content address of an input paiexp uploaded; else "unknown" (no ETag is fetched)."""
-    match = UPLOADED.search(uri)
-    return match.group(1)[:DIGEST_CHARS] if match else "unknown"
+def oss_digests(backend: Mapping[str, Any], uris: list[str]) -> dict[str, str]:
+    """Each OSS input's ETag (a prefix: a hash of its objects' relative names and ETags), by
+    URI; those that cannot be read are left out (tracking goes on: the job read them)."""
+    from paiexp.cache import cache_root
+    from paiexp.credentials import credential_client
+    from paiexp.oss import OssTransfer, OssUri, endpoint_url
+    from paiexp.retry import RetryPolicy
+
+    oss = backend.get("oss") or {}
+    region = str(oss.get("region") or backend.get("region") or "cn-hangzhou")
+    digests = {}
+    try:
+        transfer = OssTransfer(
+            endpoint_url(oss.get("endpoint"), region),
+            region,
+            credential_client(),
+            cache_root() / "oss",
+            RetryPolicy(attempts=2, base_delay=0.2, max_delay=1.0),
+            timeout=10.0,
+        )
+        for uri in uris:
+            parsed = OssUri.parse(uri)
+            digest = _etag_digest(parsed.key, transfer.etags(parsed))
+            if digest is not None:
+                digests[uri] = digest
+    except Exception as exc:  # no credentials, no endpoint, no bucket: no digest, no failure
+        log.warning("no OSS digest of the run's inputs: %s", exc)
+    return digests
+
+
+def _etag_digest(key: str, etags: Mapping[str, str]) -> str | None:
+    """The object's ETag, else a hash of the objects under ``key/``; None when there are none."""
+    if key in etags:
+        etag = etags[key].strip('"')
+        return etag if len(etag) <= MAX_DIGEST_CHARS else _short(etag)
+    prefix = key.rstrip("/") + "/" if key else ""
+    under = sorted(
+        (k[len(prefix) :], v.strip('"')) for k, v in etags.items() if k.startswith(prefix)
+    )
+    return _short("\n".join(f"{k}\0{v}" for k, v in under)) if under else None
+
+
+def _short(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:DIGEST_CHARS]
 
 
 def _stamp(path: Path) -> tuple[str, int, int]:

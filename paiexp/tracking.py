@@ -264,13 +264,16 @@ class MlflowTracker:
                 path.parent.mkdir(exist_ok=True)
                 path.write_text(text, encoding="utf-8")
             self._client.log_artifacts(run_id, directory)
-        self.log_datasets(run_id, record.spec.inputs)
+        self.log_datasets(run_id, record)
 
-    def log_datasets(self, run_id: str, inputs: Mapping[str, str]) -> None:
+    def log_datasets(self, run_id: str, record: RunRecord) -> None:
         """A run's input channels as its MLflow dataset inputs (see :mod:`paiexp.datasets`)."""
+        import yaml
+
         from paiexp.datasets import dataset_inputs
 
-        datasets = dataset_inputs(inputs)
+        backend = (yaml.safe_load(record.config_yaml) or {}).get("backend") or {}
+        datasets = dataset_inputs(record.spec.inputs, backend)
         if datasets:
             self._client.log_inputs(run_id, datasets=datasets)
 

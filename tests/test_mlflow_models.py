@@ -3,13 +3,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from conftest import assert_one_line_error, mlflow_client, run_paiexp
+from emulator import Emulator
+from servers import free_port
 from sweep_helpers import synthetic_project
+
+from paiexp.record import RunRecord
+from paiexp.spec import JobSpec
+from paiexp.tracking import MlflowTracker
 
 JOB = {
     "hyperparameters": {"x": 0.0, "duration": 0.2, "steps": 2},
@@ -154,3 +163,59 @@ def test_register_of_a_multi_objective_sweep_is_a_one_line_error(tmp_path: Path)
     done = run_paiexp(root, "+sweep=syn", "sweep.register=syn-model")
     assert assert_one_line_error(done).startswith("paiexp: error: sweep.register: a multi-obj")
     assert not (root / "mlflow.db").exists()
+
+
+def test_oss_inputs_are_datasets_with_their_etags(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An object's ETag, a prefix's hash of its objects' ETags, on the backend's endpoint;
+    an input that cannot be read (no such object, no OSS answering) is "unknown", and the
+    run is tracked all the same, at once."""
+    data = tmp_path / "local.csv"
+    data.write_text("1\n")
+    with Emulator(tmp_path / "cloud") as cloud:
+        cloud.store.put(cloud.bucket, "data/train.csv", b"a,b\n1,2\n")
+        cloud.store.put(cloud.bucket, "data/parts/p0", b"x")
+        cloud.store.put(cloud.bucket, "data/parts/p1", b"y")
+        monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_ID", cloud.credentials.access_key_id)
+        monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_SECRET", cloud.credentials.access_key_secret)
+        inputs = {
+            "train": f"oss://{cloud.bucket}/data/train.csv",
+            "parts": f"oss://{cloud.bucket}/data/parts",
+            "gone": f"oss://{cloud.bucket}/data/nothing",
+            "local": str(data),
+        }
+        backend = {"region": cloud.region, "oss": {"endpoint": cloud.oss_endpoint}}
+        record = RunRecord(
+            spec=JobSpec(name="j", command="true", inputs=inputs),
+            config_yaml=yaml.safe_dump({"backend": backend}),
+            backend="pai",
+            project_dir=str(tmp_path),
+        )
+        tracker = MlflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "e")
+        run_id = tracker.create_run(record)
+        tracker.log_record(run_id, record)
+        head = cloud.store.head(cloud.bucket, "data/train.csv")
+        assert head is not None
+        etag = head.etag
+        nowhere = {"region": cloud.region, "oss": {"endpoint": f"http://127.0.0.1:{free_port()}"}}
+        unread = dataclasses.replace(record, config_yaml=yaml.safe_dump({"backend": nowhere}))
+        no_oss = tracker.create_run(unread)
+        started = time.monotonic()
+        tracker.log_record(no_oss, unread)
+        assert time.monotonic() - started < 10
+
+    client = mlflow_client(tmp_path)
+    found = {d.dataset.name: d.dataset for d in client.get_run(run_id).inputs.dataset_inputs}
+    assert found["train"].digest == etag.strip('"')
+    assert (found["train"].source_type, found["train"].source) == ("oss", inputs["train"])
+    assert len(found["parts"].digest) == 16
+    assert found["gone"].digest == "unknown"
+    assert found["local"].digest == hashlib.sha256(b"1\n").hexdigest()[:16]
+    blind = client.get_run(no_oss).inputs.dataset_inputs
+    assert {d.dataset.name: d.dataset.digest for d in blind} == {
+        "train": "unknown",
+        "parts": "unknown",
+        "gone": "unknown",
+        "local": found["local"].digest,
+    }
