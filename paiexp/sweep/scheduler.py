@@ -38,6 +38,9 @@ if TYPE_CHECKING:
     from paiexp.sweep.tracker_protocol import Tracker
 
 
+LOG_PULL = 5.0  # seconds between reads of a running job's log when no pruner needs it
+
+
 class Scheduler:
     def __init__(
         self,
@@ -117,7 +120,7 @@ class Scheduler:
                 continue
             for flight in [f for f in self.inflight if f.handle.id in statuses]:
                 status = statuses[flight.handle.id]
-                points = flight.monitor.pull(final=status.state.terminal)
+                points = self._pull(flight, final=status.state.terminal)
                 self._hold()
                 if flight not in self.inflight:
                     continue  # taken over by another launcher while this one was silent
@@ -129,6 +132,15 @@ class Scheduler:
             self.progress.refresh()
             if self.inflight and not self._slot_free():
                 self.backend.wait([f.handle for f in self.inflight], self.backend.poll_interval)
+
+    def _pull(self, flight: InFlight, *, final: bool) -> list[MetricPoint]:
+        """A job's new log lines: every tick when a pruner reads them, else at most every
+        LOG_PULL seconds while it runs (its metrics are logged once it ends), and at its end."""
+        now = time.monotonic()
+        if not final and self.pruning is None and now - flight.pulled < LOG_PULL:
+            return []
+        flight.pulled = now
+        return flight.monitor.pull(final=final)
 
     def _hold(self) -> None:
         """When due: heartbeat (after a silence, claim this launcher's trials again and drop

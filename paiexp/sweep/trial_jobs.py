@@ -54,6 +54,7 @@ class InFlight:
     pruning: bool = False  # the pruner condemned it; its job is being stopped
     interrupted: bool = False  # the sweep was interrupted; its job is being stopped
     reported: set[int] = field(default_factory=set)  # steps reported to the pruner
+    pulled: float = 0.0  # when its log was last read (monotonic)
 
 
 class TrialJobs:
