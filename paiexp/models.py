@@ -141,7 +141,8 @@ def run_candidate(client: Any, run_id: str) -> Candidate:
     model_id = run_model(client, experiment_id, run_id)
     if model_id is None:
         uri = run.data.tags.get(MODEL_URI_TAG)
-        if uri is None or run.info.status != "FINISHED":
+        empty = run.data.tags.get("paiexp.model_empty") == "true"
+        if uri is None or empty or run.info.status != "FINISHED":
             raise UserError(f"run_id: run {run_id} is no finished run with a model to register")
         model_id = log_external_model(client, experiment_id, run_id, uri)
     candidate = Candidate(run_id, model_id, model_uri(client, model_id))

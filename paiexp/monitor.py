@@ -34,6 +34,7 @@ class JobResult:
     mismatches: dict[str, tuple[float, float]] = field(default_factory=dict)
     # what a person should know although the job succeeded (one line each)
     warnings: list[str] = field(default_factory=list)
+    model_empty: bool = False  # it succeeded, leaving its model channel empty
 
     @property
     def model_uri(self) -> str | None:
@@ -98,6 +99,7 @@ class JobMonitor:
             if name in extracted and not math.isclose(extracted[name], value, rel_tol=1e-6)
         }
         outputs = self.backend.outputs(self.handle)
+        empty = self.model_left_empty(status, outputs)
         return JobResult(
             handle=self.handle,
             status=status,
@@ -110,18 +112,19 @@ class JobMonitor:
             console_url=self.backend.console_url(self.handle),
             log_path=self.log_path,
             log_tail=list(self.tail),
-            warnings=self.warnings(status, outputs),
+            warnings=[self.empty_model_warning(outputs["model"])] if empty else [],
+            model_empty=empty,
         )
 
-    def warnings(self, status: JobStatus, outputs: Mapping[str, str]) -> list[str]:
-        """An empty model channel of a job that succeeded: its model URI would point at
-        nothing (a script that wrote its model somewhere else than ``/ml/output/model``)."""
-        model = outputs.get("model")
-        if status.state is not JobState.SUCCEEDED or model is None:
-            return []
-        if not self.backend.output_is_empty(self.handle, "model"):
-            return []
-        return [
+    def model_left_empty(self, status: JobStatus, outputs: Mapping[str, str]) -> bool:
+        """Whether a job that succeeded left its model channel empty: its model URI would point
+        at nothing (a script that wrote its model somewhere else than ``/ml/output/model``)."""
+        if status.state is not JobState.SUCCEEDED or outputs.get("model") is None:
+            return False
+        return self.backend.output_is_empty(self.handle, "model")
+
+    def empty_model_warning(self, model: str) -> str:
+        return (
             f"job {self.handle.name} succeeded but left its model channel empty ({model}):"
             " write the model under $PAI_OUTPUT_MODEL (/ml/output/model)"
-        ]
+        )

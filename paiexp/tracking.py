@@ -37,6 +37,7 @@ JOB_NAME_TAG = "paiexp.job_name"
 SWEEP_ID_TAG = "paiexp.sweep_id"
 KIND_TAG = "paiexp.kind"
 BEST_TAG = "paiexp.best"
+EMPTY_MODEL_TAG = "paiexp.model_empty"  # a job that succeeded leaving its model channel empty
 PARENT_RUN_TAG = "mlflow.parentRunId"
 # The MLflow UI opens an experiment on the view its kind names: training runs, not GenAI traces.
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
@@ -339,6 +340,7 @@ class MlflowTracker:
             "paiexp.failure_reason": reason,
             "paiexp.log_tail": "\n".join(result.log_tail) if status == "FAILED" else None,
             "paiexp.warning": "\n".join(result.warnings) or None,
+            EMPTY_MODEL_TAG: "true" if result.model_empty else None,
             **(extra_tags or {}),
         }
         for channel, uri in result.outputs.items():
@@ -352,7 +354,7 @@ class MlflowTracker:
         self._client.log_batch(run_id, metrics=metrics, params=params, tags=_tags(tags))
         if result.log_path is not None and result.log_path.exists():
             self.log_artifact(run_id, result.log_path, "logs")
-        if result.model_uri and status == "FINISHED":
+        if result.model_uri and status == "FINISHED" and not result.model_empty:
             self.log_model(run_id, result.model_uri)
         self.terminate(run_id, status)
 

@@ -20,13 +20,16 @@ from paiexp.record import RunRecord
 from paiexp.spec import JobSpec
 from paiexp.tracking import MlflowTracker
 
-JOB = {
+JOB = {  # the synthetic job, writing a model file
+    "command": "python job.py && echo model > $PAI_OUTPUT_MODEL/model.txt",
     "hyperparameters": {"x": 0.0, "duration": 0.2, "steps": 2},
     "inputs": {"train": "data/train.csv", "extra": "data/extra"},
 }
 
 
-def sweep(root: Path, study: str, xs: list[float]) -> None:
+def sweep(root: Path, study: str, xs: list[float]) -> str:
+    """Run a sweep of these points registering in syn-model; the summary's registered line
+    (the summary is on stderr)."""
     enqueue = ",".join(f"{{x: {x}}}" for x in xs)
     done = run_paiexp(
         root,
@@ -37,6 +40,8 @@ def sweep(root: Path, study: str, xs: list[float]) -> None:
         "sweep.register=syn-model",
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("registered:")]
+    return line
 
 
 def project(tmp_path: Path, **sweep: Any) -> Path:
@@ -65,7 +70,7 @@ def trial_runs(client: Any, study: str) -> dict[str, Any]:
 @pytest.mark.timeout(240)
 def test_trials_models_are_logged_models_and_the_best_one_is_registered(tmp_path: Path) -> None:
     root = project(tmp_path)
-    sweep(root, "first", [0.5, 0.2, 0.9])
+    assert sweep(root, "first", [0.5, 0.2, 0.9]) == "registered:    syn-model version 1 (best)"
     client = mlflow_client(root)
     runs = trial_runs(client, "first")
     experiment_id = next(iter(runs.values())).info.experiment_id
@@ -102,12 +107,13 @@ def test_trials_models_are_logged_models_and_the_best_one_is_registered(tmp_path
     assert best.tags["paiexp.direction"] == "minimize"
 
     # A worse follow-up sweep registers its best as a version; best stays where it was.
-    sweep(root, "second", [0.6, 0.7])
+    line = sweep(root, "second", [0.6, 0.7])
+    assert line == "registered:    syn-model version 2 (best stays version 1)"
     versions = client.search_model_versions("name = 'syn-model'")
     assert len(versions) == 2
     assert client.get_model_version_by_alias("syn-model", "best").version == best.version
     # A better one takes it.
-    sweep(root, "third", [0.1])
+    assert sweep(root, "third", [0.1]) == "registered:    syn-model version 3 (best)"
     better = client.get_model_version_by_alias("syn-model", "best")
     assert better.run_id == trial_runs(client, "third")["0.1"].info.run_id
     assert float(better.tags["paiexp.objective_value"]) == pytest.approx(0.01)
@@ -155,6 +161,15 @@ def test_a_single_runs_model_is_logged_and_registered_by_run_id(tmp_path: Path) 
 
     line = assert_one_line_error(run_paiexp(root, "register", "0" * 32, "single"))
     assert "run_id: no MLflow run '" + "0" * 32 in line
+
+    # A job that leaves its model channel empty made no model: no logged model, none to register.
+    done = run_paiexp(root, "job.command=python job.py")
+    assert done.returncode == 0, done.stdout + done.stderr
+    runs = client.search_runs([run.info.experiment_id])
+    (empty,) = [r for r in runs if r.info.run_id != run.info.run_id]
+    assert len(client.search_logged_models([run.info.experiment_id])) == 1
+    line = assert_one_line_error(run_paiexp(root, "register", empty.info.run_id, "single"))
+    assert "is no finished run with a model to register" in line
 
 
 def test_register_of_a_multi_objective_sweep_is_a_one_line_error(tmp_path: Path) -> None:

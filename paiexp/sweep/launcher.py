@@ -125,6 +125,7 @@ class SweepOutcome:
     tracker_uri: str | None
     tracking_errors: list[str]
     experiment_id: str | None = None
+    registered: str | None = None  # sweep.register's outcome
 
 
 class Launcher:
@@ -178,6 +179,7 @@ class Launcher:
             uri,
             tracker.errors,
             tracker.experiment_id,
+            tracker.registered,
         )
 
 

@@ -185,6 +185,8 @@ def print_summary(
         parent_run = study.user_attrs.get(PARENT_RUN_ATTR)
         for line in browse_lines(outcome.tracker_uri, outcome.experiment_id, parent_run):
             console.print(line, markup=False, highlight=False)
+    if outcome.registered:
+        console.print(f"registered:    {outcome.registered}", markup=False, highlight=False)
     if importlib.util.find_spec("optuna_dashboard") is not None:  # only a tool one has
         dashboard = console_command("optuna-dashboard")
         console.print(f"browse study:  {dashboard} {redact_url(storage)}", markup=False)

@@ -39,6 +39,7 @@ class Tracker(ABC):
         self._fatal: str | None = None
         self._run_ids: dict[str, str] = {}
         self.experiment_id: str | None = None  # once closed: the runs' MLflow experiment
+        self.registered: str | None = None  # once closed: what sweep.register did
         self.errors: list[str] = []
 
     @abstractmethod

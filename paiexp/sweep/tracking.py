@@ -61,9 +61,10 @@ class SweepTracker(Tracker):
                     self.errors.append(text)
                     if fatal:
                         self._fatal = text
-                case Closed(uri=uri, experiment_id=experiment_id):
+                case Closed(uri=uri, experiment_id=experiment_id, registered=registered):
                     self.uri = uri
                     self.experiment_id = experiment_id
+                    self.registered = registered
                     return
 
     def close(self) -> str | None:

@@ -174,6 +174,7 @@ class Closed:
 
     uri: str | None
     experiment_id: str | None = None
+    registered: str | None = None  # sweep.register's outcome, e.g. "m version 3 (best)"
 
 
 Reply = RunCreated | CallFailed | Closed

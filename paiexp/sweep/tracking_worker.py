@@ -96,7 +96,8 @@ def serve(setup: TrackingSetup, calls: Any, replies: Any, launcher_pid: int) -> 
             continue
         if isinstance(message, Close):
             tracker = worker.tracker if worker.opened else None
-            replies.put(Closed(*((tracker.uri, tracker.experiment_id) if tracker else (None,))))
+            opened = (tracker.uri, tracker.experiment_id, worker.registered) if tracker else (None,)
+            replies.put(Closed(*opened))
             _exit(replies)
         if worker.fatal:
             continue
@@ -149,6 +150,7 @@ class TrackingWorker:
         self.runs: dict[str, str] = {}  # job name -> run id
         self.finished_children = 0
         self._best_job: str | None = None
+        self.registered: str | None = None  # what sweep.register did
         self._tracker: MlflowTracker | None = None
         self._study: Any = None
 
@@ -319,10 +321,11 @@ class TrackingWorker:
             metric=self.setup.objective,
         )
         registered = self.tracker.register(name, candidate)
-        self.tracker.set_tags(
-            self.parent_run_id,
-            {"paiexp.registered": f"{name} version {registered.version}"},
+        best = f"best stays version {registered.best_version}"
+        self.registered = (
+            f"{name} version {registered.version} ({'best' if registered.best else best})"
         )
+        self.tracker.set_tags(self.parent_run_id, {"paiexp.registered": self.registered})
 
     # -- children --------------------------------------------------------------------------
 
