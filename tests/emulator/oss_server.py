@@ -18,7 +18,6 @@ import itertools
 import json
 import re
 import shutil
-import socket
 import threading
 import time
 import uuid
@@ -26,13 +25,14 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from email.utils import formatdate, parsedate_to_datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from .common import Credentials, Fault, FaultPlan, RequestLog, RequestRecord
+from .http_server import ServiceHttpServer
 from .store import ObjectInfo, ObjectStore, _atomic_write
 
 MIN_PART_SIZE = 100 * 1024  # OSS rejects smaller parts (all but the last) at completion
@@ -1033,29 +1033,10 @@ def _contents(info: ObjectInfo, encode: Callable[[str], str], *, owner: bool) ->
 
 
 # HTTP ------------------------------------------------------------------------------------------
-class _HttpServer(ThreadingHTTPServer):
-    daemon_threads = True
-
+class _HttpServer(ServiceHttpServer):
     def __init__(self, address: tuple[str, int], app: OssServer) -> None:
         self.app = app
-        self._connections: set[socket.socket] = set()
-        self._connections_lock = threading.Lock()
         super().__init__(address, _Handler)
-
-    def track(self, connection: socket.socket, alive: bool) -> None:
-        with self._connections_lock:
-            if alive:
-                self._connections.add(connection)
-            else:
-                self._connections.discard(connection)
-
-    def close_connections(self) -> None:
-        """Wake the handler threads still waiting on kept-alive connections."""
-        with self._connections_lock:
-            connections = list(self._connections)
-        for connection in connections:
-            with contextlib.suppress(OSError):
-                connection.shutdown(socket.SHUT_RDWR)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -1065,16 +1046,6 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = 120
     disable_nagle_algorithm = True  # headers and body go out in two writes
     server: _HttpServer
-
-    def setup(self) -> None:
-        super().setup()
-        self.server.track(self.connection, alive=True)
-
-    def finish(self) -> None:
-        try:
-            super().finish()
-        finally:
-            self.server.track(self.connection, alive=False)
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: the RequestLog records every request."""

@@ -23,7 +23,6 @@ phase), then to ``Terminated``.
 from __future__ import annotations
 
 import base64
-import contextlib
 import email.utils
 import hashlib
 import hmac
@@ -34,7 +33,6 @@ import os
 import re
 import secrets
 import shlex
-import socket
 import sys
 import tarfile
 import tempfile
@@ -46,7 +44,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.message import Message
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote
@@ -56,6 +54,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from paiexp import contract
 
 from .common import Credentials, Fault, FaultPlan, RequestLog, RequestRecord
+from .http_server import ServiceHttpServer
 from .runners import JOB_LABEL, ContainerEngine, HostProcess, Running, entry_script
 from .store import ObjectStore, split_uri
 
@@ -1125,32 +1124,10 @@ class PaiServer:
         self._transition(job, status, code, message)
 
 
-class _HttpServer(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
+class _HttpServer(ServiceHttpServer):
     def __init__(self, address: tuple[str, int], pai: PaiServer) -> None:
         self.pai = pai
-        self._connections: set[socket.socket] = set()
-        self._connections_lock = threading.Lock()
         super().__init__(address, _Handler)
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        with self._connections_lock:
-            self._connections.add(request)
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            with self._connections_lock:
-                self._connections.discard(request)
-
-    def close_connections(self) -> None:
-        """Wake the handler threads still waiting on kept-alive connections."""
-        with self._connections_lock:
-            connections = list(self._connections)
-        for connection in connections:
-            with contextlib.suppress(OSError):
-                connection.shutdown(socket.SHUT_RDWR)
 
 
 class _Handler(BaseHTTPRequestHandler):

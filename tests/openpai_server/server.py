@@ -21,23 +21,22 @@ drops the connection, half of the drops after the request took effect.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import secrets
-import socket
 import threading
 import time
 import traceback
 from collections import Counter
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode
 
 import yaml
 from emulator.common import FaultPlan
+from emulator.http_server import ServiceHttpServer
 
 from .cluster import FakeCluster, Job
 
@@ -458,32 +457,10 @@ def _send(h: BaseHTTPRequestHandler, status: int, reply: Any, content_type: str)
     h.wfile.write(data)
 
 
-class _HttpServer(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
+class _HttpServer(ServiceHttpServer):
     def __init__(self, address: tuple[str, int], fake: OpenPaiServer) -> None:
         self.fake = fake
-        self._connections: set[socket.socket] = set()
-        self._connections_lock = threading.Lock()
         super().__init__(address, _Handler)
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        with self._connections_lock:
-            self._connections.add(request)
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            with self._connections_lock:
-                self._connections.discard(request)
-
-    def close_connections(self) -> None:
-        """Wake the handler threads still waiting on kept-alive connections."""
-        with self._connections_lock:
-            connections = list(self._connections)
-        for connection in connections:
-            with contextlib.suppress(OSError):
-                connection.shutdown(socket.SHUT_RDWR)
 
 
 class _Handler(BaseHTTPRequestHandler):
