@@ -1,9 +1,10 @@
 """The launcher at a PAI quota's scale: 2,000 trials of 5-20 s sleep jobs at parallelism 128.
 
 One sweep on backend=local per sampler (random, then TPE), each in a process of its own: every
-trial samples its job's sleep ``duration`` (5-20 s) and an ``x`` (the job prints
-``score=x``, minimized), with the default journal storage and ``./mlflow.db``.  Measured in
-this one run, per sampler:
+trial samples an ``x`` (the job prints ``score=x``, minimized) and sleeps 5-20 s, a duration
+spread evenly by a hash of ``x`` (so that neither sampler changes the workload: TPE would
+favour the durations of the trials that finish first), with the default journal storage and
+``./mlflow.db``.  Measured in this one run, per sampler:
 
 - slot utilization = sum(durations) / (parallelism x makespan), from the loop's start to its
   last trial told, against the ideal: a zero-overhead greedy schedule of the same durations
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
+import math
 import os
 import resource
 import shutil
@@ -42,32 +44,44 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 GOALS = {"utilization": 0.90, "cpu_ms": 5.0, "rss_mb": 400.0, "tpe_cost": 0.03}
+# The sleep: lo + (hi - lo) * frac(x * 1000003), to the millisecond (see sleep_of).
+SLEEP = (
+    'awk -v x="$PAI_HPS_X" -v lo="$PAI_HPS_LO" -v hi="$PAI_HPS_HI" '
+    "'BEGIN { f = x * 1000003; f -= int(f); if (f < 0) f += 1; "
+    'printf "%.3f", lo + (hi - lo) * f }\''
+)
 JOB = {
     "name": "sleeper",
-    "command": "sleep $PAI_HPS_DURATION; echo score=$PAI_HPS_X",
-    "hyperparameters": {"duration": 5.0, "x": 0.0},
+    "command": f"sleep $({SLEEP}); echo score=$PAI_HPS_X",
+    "hyperparameters": {"x": 0.0},
     "metric_definitions": [{"name": "score", "regex": r"score=([-+0-9.eE]+)"}],
 }
 
 
 def make_project(root: Path, args: argparse.Namespace, sampler: str) -> None:
     shutil.copytree(REPO / "conf", root / "conf")
-    (root / "conf" / "job" / "sleeper.yaml").write_text(yaml.safe_dump(JOB))
+    job = {**JOB, "hyperparameters": {"x": 0.0, "lo": args.min_duration, "hi": args.max_duration}}
+    (root / "conf" / "job" / "sleeper.yaml").write_text(yaml.safe_dump(job))
     config = yaml.safe_load((root / "conf" / "config.yaml").read_text())
     config["defaults"][1] = {"job": "sleeper"}
     (root / "conf" / "config.yaml").write_text(yaml.safe_dump(config))
     (root / "sweeps").mkdir()
     sweep = {
         "objective": {"metric": "score", "direction": "minimize"},
-        "params": {
-            "duration": f"interval({args.min_duration}, {args.max_duration})",
-            "x": "interval(-1, 1)",
-        },
+        "params": {"x": "interval(-1, 1)"},
         "n_trials": args.trials,
         "parallelism": args.parallelism,
         "sampler": {"name": sampler, "seed": args.seed},
     }
     (root / "sweeps" / "scale.yaml").write_text(yaml.safe_dump({"sweep": sweep}))
+
+
+def sleep_of(x: float, lo: float, hi: float) -> float:
+    """The seconds a job sleeps for ``x``: what its awk prints."""
+    f = x * 1000003
+    f -= math.trunc(f)
+    f += 1 if f < 0 else 0
+    return round(lo + (hi - lo) * f, 3)
 
 
 def ideal_makespan(durations: list[float], slots: int) -> float:
@@ -195,7 +209,7 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     trials = sorted(outcome.study.trials, key=lambda t: t.number)
     states = {t.state.name for t in trials}
     assert states == {"COMPLETE"} and len(trials) == args.trials, states
-    durations = [float(t.params["duration"]) for t in trials]
+    durations = [sleep_of(t.params["x"], args.min_duration, args.max_duration) for t in trials]
     makespan = marks["end"] - marks["start"]
     ideal = ideal_makespan(durations, args.parallelism)
     total = sum(durations)
