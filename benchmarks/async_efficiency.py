@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
+from bench_project import write_project
 
 REPO = Path(__file__).resolve().parents[1]
 JOBS, SLOTS = 24, 4
@@ -38,12 +38,6 @@ JOB = {
 
 
 def make_project(root: Path, durations: list[float]) -> None:
-    shutil.copytree(REPO / "conf", root / "conf")
-    (root / "conf" / "job" / "sleeper.yaml").write_text(yaml.safe_dump(JOB))
-    config = yaml.safe_load((root / "conf" / "config.yaml").read_text())
-    config["defaults"][1] = {"job": "sleeper"}
-    (root / "conf" / "config.yaml").write_text(yaml.safe_dump(config))
-    (root / "sweeps").mkdir()
     sweep = {
         "objective": {"metric": "score", "direction": "minimize"},
         "params": {"duration": "interval(0.2, 2.0)"},
@@ -52,7 +46,7 @@ def make_project(root: Path, durations: list[float]) -> None:
         "sampler": {"name": "random", "seed": 0},
         "enqueue": [{"duration": d} for d in durations],
     }
-    (root / "sweeps" / "sleep.yaml").write_text(yaml.safe_dump({"sweep": sweep}))
+    write_project(root, JOB, "sleep", sweep)
 
 
 def ideal_makespan(durations: list[float]) -> float:

@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
+from bench_project import write_project
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
@@ -59,7 +59,6 @@ sys.exit(code)
 
 
 def project(root: Path, trials: int, parallelism: int, duration: float) -> Path:
-    shutil.copytree(REPO / "conf", root / "conf")
     shutil.copytree(REPO / "tests" / "synthetic", root / "code")
     job = {
         "name": "bench",
@@ -68,17 +67,6 @@ def project(root: Path, trials: int, parallelism: int, duration: float) -> Path:
         "hyperparameters": {"x": 0.0, "duration": duration, "steps": 5},
         "metric_definitions": [{"name": "score", "regex": r"score=([-+0-9.eE]+)"}],
     }
-    (root / "conf" / "job" / "bench.yaml").write_text(yaml.safe_dump(job))
-    config = yaml.safe_load((root / "conf" / "config.yaml").read_text())
-    config["defaults"] = [
-        "paiexp_schema",
-        {"job": "bench"},
-        {"backend": "local"},
-        {"tracker": "mlflow"},
-        "_self_",
-    ]
-    (root / "conf" / "config.yaml").write_text(yaml.safe_dump(config))
-    (root / "sweeps").mkdir()
     sweep = {
         "objective": {"metric": "score", "direction": "minimize"},
         "params": {"x": "interval(-1, 1)"},
@@ -86,8 +74,7 @@ def project(root: Path, trials: int, parallelism: int, duration: float) -> Path:
         "parallelism": parallelism,
         "sampler": {"name": "random", "seed": 0},
     }
-    (root / "sweeps" / "bench.yaml").write_text(yaml.safe_dump({"sweep": sweep}))
-    return root
+    return write_project(root, job, "bench", sweep)
 
 
 def test_image() -> str:

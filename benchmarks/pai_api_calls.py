@@ -30,7 +30,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-import yaml
+from bench_project import write_project
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
@@ -44,7 +44,6 @@ PAIEXP_LOG_INTERVAL = 30.0
 
 
 def project(root: Path, trials: int, parallelism: int, scale: float) -> Path:
-    shutil.copytree(REPO / "conf", root / "conf")
     # the code: the XGBoost example's directory (its data included) plus the synthetic job
     shutil.copytree(REPO / "examples" / "xgb", root / "code")
     shutil.copy2(REPO / "tests" / "synthetic" / "job.py", root / "code" / "job.py")
@@ -61,17 +60,6 @@ def project(root: Path, trials: int, parallelism: int, scale: float) -> Path:
             {"name": "score", "regex": r"score=([-+0-9.eE]+)"},
         ],
     }
-    (root / "conf" / "job" / "bench.yaml").write_text(yaml.safe_dump(job))
-    config = yaml.safe_load((root / "conf" / "config.yaml").read_text())
-    config["defaults"] = [
-        "paiexp_schema",
-        {"job": "bench"},
-        {"backend": "local"},
-        {"tracker": "mlflow"},
-        "_self_",
-    ]
-    (root / "conf" / "config.yaml").write_text(yaml.safe_dump(config))
-    (root / "sweeps").mkdir()
     sweep = {
         "objective": {"metric": "score", "direction": "minimize"},
         "params": {"x": "interval(-1, 1)", "duration": f"interval({20 * scale}, {60 * scale})"},
@@ -79,8 +67,7 @@ def project(root: Path, trials: int, parallelism: int, scale: float) -> Path:
         "parallelism": parallelism,
         "sampler": {"name": "random", "seed": 0},
     }
-    (root / "sweeps" / "bench.yaml").write_text(yaml.safe_dump({"sweep": sweep}))
-    return root
+    return write_project(root, job, "bench", sweep)
 
 
 def seconds(text: str) -> float:

@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
+from bench_project import write_project
 
 REPO = Path(__file__).resolve().parents[1]
 GOALS = {"utilization": 0.90, "cpu_ms": 5.0, "rss_mb": 400.0, "tpe_cost": 0.03}
@@ -59,13 +59,7 @@ JOB = {
 
 
 def make_project(root: Path, args: argparse.Namespace, sampler: str) -> None:
-    shutil.copytree(REPO / "conf", root / "conf")
     job = {**JOB, "hyperparameters": {"x": 0.0, "lo": args.min_duration, "hi": args.max_duration}}
-    (root / "conf" / "job" / "sleeper.yaml").write_text(yaml.safe_dump(job))
-    config = yaml.safe_load((root / "conf" / "config.yaml").read_text())
-    config["defaults"][1] = {"job": "sleeper"}
-    (root / "conf" / "config.yaml").write_text(yaml.safe_dump(config))
-    (root / "sweeps").mkdir()
     sweep = {
         "objective": {"metric": "score", "direction": "minimize"},
         "params": {"x": "interval(-1, 1)"},
@@ -73,7 +67,7 @@ def make_project(root: Path, args: argparse.Namespace, sampler: str) -> None:
         "parallelism": args.parallelism,
         "sampler": {"name": sampler, "seed": args.seed},
     }
-    (root / "sweeps" / "scale.yaml").write_text(yaml.safe_dump({"sweep": sweep}))
+    write_project(root, job, "scale", sweep)
 
 
 def sleep_of(x: float, lo: float, hi: float) -> float:
