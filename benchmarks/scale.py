@@ -237,9 +237,13 @@ def report(figures: dict[str, Any], parallelism: int) -> float:
     )
     print(f"  utilization / ideal = {ratio:.3f}  {goal(ratio >= GOALS['utilization'], '>= 0.90')}")
     cpu = figures["launcher_cpu_ms"]
-    within = cpu <= GOALS["cpu_ms"] or figures["sampler"] != "random"
+    verdict = (  # the goal is the random sampler's: TPE's own cost is its sampling time
+        goal(cpu <= GOALS["cpu_ms"], "<= 5 ms")
+        if figures["sampler"] == "random"
+        else "(the 5 ms goal is the random sampler's)"
+    )
     print(
-        f"  launcher CPU {cpu:.2f} ms per trial  {goal(within, '<= 5 ms (random)')}; "
+        f"  launcher CPU {cpu:.2f} ms per trial  {verdict}; "
         f"sampling {figures['ask_ms']:.2f} ms per trial (max {figures['ask_max_ms']:.1f} ms)"
     )
     for who in ("launcher", "tracker"):

@@ -125,25 +125,33 @@ class LocalResults:
 
 
 def lay_out(spec: JobSpec, layout: contract.JobLayout) -> None:
-    """Create the job's ``/ml`` tree: its code, hyperparameters and output directories."""
-    working_dir = Path(layout.working_dir)
+    """Create the job's ``/ml`` tree: its code, hyperparameters and output directories, each
+    directory after its parent (one system call apiece: a sweep lays out thousands)."""
+    os.makedirs(layout.root, exist_ok=True)
+    working_dir = os.fspath(layout.working_dir)
     if spec.source_dir:
-        copy_source(Path(spec.source_dir), working_dir)
+        copy_source(Path(spec.source_dir), Path(working_dir))
     else:
-        working_dir.mkdir(parents=True)
+        os.mkdir(working_dir)
     # relative, so that it holds wherever the tree is mounted
-    Path(layout.code_alias).symlink_to(working_dir.name, target_is_directory=True)
-    Path(layout.config_dir).mkdir(parents=True)
-    Path(layout.hyperparameters_file).write_text(
-        contract.hyperparameters_json(spec.hyperparameters)
-    )
-    for channel in spec.output_dirs:
-        Path(layout.output_dir(channel)).mkdir(parents=True)
+    os.symlink(os.path.basename(working_dir), layout.code_alias, target_is_directory=True)
+    config_dir = os.fspath(layout.config_dir)
+    os.mkdir(os.path.dirname(config_dir))
+    os.mkdir(config_dir)
+    with open(layout.hyperparameters_file, "w") as stream:
+        stream.write(contract.hyperparameters_json(spec.hyperparameters))
+    output_dirs = [os.fspath(layout.output_dir(channel)) for channel in spec.output_dirs]
+    if output_dirs:
+        os.mkdir(os.path.dirname(output_dirs[0]))
+    for directory in output_dirs:
+        os.mkdir(directory)
 
 
 def read_log_file(path: Path, cursor: int, final: bool) -> LogChunk:
     """Complete lines of a log file after byte offset ``cursor`` (``final``: the tail too)."""
     try:
+        if os.stat(path).st_size <= cursor:  # it did not grow: spare the open and read
+            return LogChunk([], cursor)
         with path.open("rb") as stream:
             stream.seek(cursor)
             data = stream.read()

@@ -26,6 +26,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,8 @@ from paiexp.spec import JobSpec
 log = logging.getLogger(__name__)
 
 STANDBY_RUNNERS = 4  # at most, for a sweep
+STATE_FILE = "state.json"
+StatKey = tuple[int, int, int]  # a file's inode, mtime (ns) and size
 _told_no_private_ml = False  # that local jobs here see the host's /ml (said once)
 
 
@@ -57,12 +60,14 @@ class LocalBackend(LocalResults):
     def __init__(self, config: Any, base_dir: Path) -> None:
         self.install_requirements = check_process_settings(config)
         self.root = (base_dir / config.root).resolve()
+        self._root = str(self.root)
         self.jobs = JobDirectories(self.root)
         self.poll_interval = float(config.poll_interval)
         self.stop_grace_period = float(config.stop_grace_period)
         self.threads_per_job = len(os.sched_getaffinity(0))
         self._children: dict[str, subprocess.Popen[bytes]] = {}  # runners we started
-        self._pidfds: dict[str, int] = {}  # runners we wait on
+        self._pidfds: dict[str, tuple[int, int]] = {}  # job -> (pidfd, pid) of its runner
+        self._states: dict[str, StateFile] = {}  # job -> its state as last read
         self._standby = StandbyRunners()  # kept only for sweeps (set_concurrency)
         weakref.finalize(self, self._standby.dismiss)
 
@@ -149,7 +154,8 @@ class LocalBackend(LocalResults):
     # -- status / logs / stop --------------------------------------------------------------
 
     def poll(self, handles: Sequence[JobHandle]) -> dict[str, JobStatus]:
-        statuses = {handle.id: self._status(self.job_dir(handle.id)) for handle in handles}
+        exited = self._exited_runners()
+        statuses = {handle.id: self._status(handle.id, exited) for handle in handles}
         for job_id, status in statuses.items():
             if status.state.terminal:
                 self._forget(job_id)
@@ -170,20 +176,72 @@ class LocalBackend(LocalResults):
             if pid is None:
                 return None
             try:
-                self._pidfds[job_id] = os.pidfd_open(pid)
+                descriptor = os.pidfd_open(pid)
             except OSError:
                 return None
             if not process_alive(pid, start):  # the pid was reused before we opened it
-                os.close(self._pidfds.pop(job_id))
+                os.close(descriptor)
                 return None
-        return self._pidfds[job_id]
+            self._pidfds[job_id] = (descriptor, pid)
+        return self._pidfds[job_id][0]
+
+    def _exited_runners(self) -> set[int]:
+        """The pidfds of the runners waited on here that have exited: one system call."""
+        if not self._pidfds:
+            return set()
+        watch = select.poll()
+        for descriptor, _ in self._pidfds.values():
+            watch.register(descriptor, select.POLLIN)
+        return {descriptor for descriptor, _ in watch.poll(0)}
+
+    def _runner_alive(self, job_id: str, state: dict[str, Any], exited: set[int]) -> bool:
+        """Whether the runner a job's state names still runs: its pidfd is not among those
+        ``exited`` (looked at before its state was read), else as :func:`process_alive` says."""
+        alive = self._watched_alive(job_id, state["runner_pid"], exited)
+        if alive is None:
+            return process_alive(state["runner_pid"], state.get("runner_start"))
+        return alive
+
+    def _command_runs(self, job_id: str, exited: set[int]) -> bool:
+        """Whether the job's command runs, its runner alive (by its pidfd), as its state last
+        read says: the runner then writes its state again only as it exits."""
+        seen = self._states.get(job_id)
+        if seen is None or "pgid" not in seen.data:
+            return False
+        return bool(self._watched_alive(job_id, seen.data["runner_pid"], exited))
+
+    def _watched_alive(self, job_id: str, pid: int, exited: set[int]) -> bool | None:
+        """Whether the job's runner ``pid`` still runs, if this backend holds its pidfd."""
+        watched = self._pidfds.get(job_id)
+        if watched is None or watched[1] != pid:
+            return None
+        return watched[0] not in exited
+
+    def _state(self, job_id: str, *, fresh: bool = False) -> StateFile | None:
+        """The job's ``state.json`` (None until its runner writes it), parsed again only when
+        the file changed (the runner replaces it whole: a new inode, mtime and size), or
+        with ``fresh``."""
+        path = f"{self._root}/{job_id}/{STATE_FILE}"
+        try:
+            info = os.stat(path)
+        except FileNotFoundError:
+            return None
+        key = (info.st_ino, info.st_mtime_ns, info.st_size)
+        seen = self._states.get(job_id)
+        if seen is not None and seen.key == key and not fresh:
+            return seen
+        data = read_json(path)
+        if data is None:
+            return None
+        seen = self._states[job_id] = StateFile(key, data, _status_of(data))
+        return seen
 
     def _runner(self, job_dir: Path) -> tuple[int | None, str | None]:
         """The live runner of a job (pid, start time): the one in its state, else the one
         this backend just started and that has not written its state yet."""
-        state = read_json(job_dir / "state.json")
-        if state and state.get("runner_pid"):
-            pid, start = state["runner_pid"], state.get("runner_start")
+        seen = self._state(job_dir.name)
+        if seen is not None and seen.data.get("runner_pid"):
+            pid, start = seen.data["runner_pid"], seen.data.get("runner_start")
         elif job_dir.name in self._children:
             pid, start = self._children[job_dir.name].pid, None
         else:
@@ -191,38 +249,34 @@ class LocalBackend(LocalResults):
         return (pid, start) if process_alive(pid, start) else (None, None)
 
     def _forget(self, job_id: str) -> None:
-        descriptor = self._pidfds.pop(job_id, None)
-        if descriptor is not None:
-            os.close(descriptor)
+        self._states.pop(job_id, None)
+        watched = self._pidfds.pop(job_id, None)
+        if watched is not None:
+            os.close(watched[0])
         child = self._children.pop(job_id, None)
         if child is not None:
             child.wait()  # reap the runner, which exits right after writing the final state
 
-    def _status(self, job_dir: Path) -> JobStatus:
-        state = read_json(job_dir / "state.json")
-        if state is None:
+    def _status(self, job_id: str, exited: set[int]) -> JobStatus:
+        if self._command_runs(job_id, exited):
+            return self._states[job_id].status
+        seen = self._state(job_id)
+        if seen is None:
+            job_dir = self.job_dir(job_id)
             starting = lock_held(job_dir / LOCK_FILE) or self._runner(job_dir)[0] is not None
-            if starting or self.jobs.starting(job_dir.name):
+            if starting or self.jobs.starting(job_id):
                 return JobStatus(JobState.PENDING)
-            state = read_json(job_dir / "state.json")  # it may have appeared meanwhile
-            if state is None:
+            seen = self._state(job_id)  # it may have appeared meanwhile
+            if seen is None:
                 return JobStatus(
                     JobState.FAILED, reason="the job's runner never started", infrastructure=True
                 )
-        if NO_PRIVATE_ML in state:
-            _tell_no_private_ml(state[NO_PRIVATE_ML])
-        status = JobStatus(
-            state=JobState(state["state"]),
-            reason=state.get("reason"),
-            exit_code=state.get("exit_code"),
-            started_at=state.get("started_at"),
-            ended_at=state.get("ended_at"),
-        )
-        if status.state.terminal or process_alive(state["runner_pid"], state.get("runner_start")):
+        status = seen.status
+        if status.state.terminal or self._runner_alive(job_id, seen.data, exited):
             return status
-        state = read_json(job_dir / "state.json") or state  # it may have just finished
-        if JobState(state["state"]).terminal:
-            return self._status(job_dir)
+        latest = self._state(job_id, fresh=True)  # it may have just finished
+        if latest is not None and latest.status.state.terminal:
+            return latest.status
         return JobStatus(
             JobState.FAILED,
             reason="the job's runner process died",
@@ -246,6 +300,28 @@ class LocalBackend(LocalResults):
         state = read_json(job_dir / "state.json") or {}
         if state.get("pgid") and not JobState(state["state"]).terminal:
             kill_group(state["pgid"], signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class StateFile:
+    """A job's ``state.json`` as last read: its stat key, its data and the status it says
+    (the runner's liveness aside).  The data is shared: never change it."""
+
+    key: StatKey
+    data: dict[str, Any]
+    status: JobStatus
+
+
+def _status_of(state: dict[str, Any]) -> JobStatus:
+    if NO_PRIVATE_ML in state:
+        _tell_no_private_ml(state[NO_PRIVATE_ML])
+    return JobStatus(
+        state=JobState(state["state"]),
+        reason=state.get("reason"),
+        exit_code=state.get("exit_code"),
+        started_at=state.get("started_at"),
+        ended_at=state.get("ended_at"),
+    )
 
 
 def _tell_no_private_ml(why: str) -> None:

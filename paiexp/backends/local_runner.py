@@ -6,7 +6,9 @@ in which ``/ml`` is the job's own tree (:mod:`paiexp.mlroot`; where the machine 
 a job that wrote under the host's ``/ml`` fails), installs the job's requirements, runs the
 command with ``sh -c`` in its own process group, enforces
 ``max_run_time``, turns SIGTERM into a graceful stop of the whole group, and records the
-outcome in ``state.json`` atomically.
+outcome in ``state.json`` atomically.  Once the state holds the command's process group, it
+changes only once more, as the runner exits: a launcher holding the runner's pidfd reads a
+running job's state again only when the runner is gone.
 
 It starts for every job, so it is kept lean: started by path without ``site``, it imports a
 handful of standard modules (the rest only when needed) and uses one interval timer instead
