@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from paiexp.errors import UserError
+from paiexp.outage import OutageTooLong
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -52,6 +53,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as exc:
         print(f"paiexp: error: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except OutageTooLong as exc:  # the study's storage stayed away: the jobs are not lost
+        print(
+            f"paiexp: error: {exc}; the jobs in flight run on, and the same command "
+            "run again follows them",
+            file=sys.stderr,
+        )
+        return EXIT_JOB_FAILED
     except KeyboardInterrupt:
         return 130
 

@@ -127,6 +127,10 @@ class TrackerConfig:
 
     uri: str | None = None
     experiment: str = "paiexp"
+    # Seconds a sweep waits for a tracking server that stopped answering mid-sweep (its writes
+    # queue in order meanwhile, trials go on); then it stops submitting, and the next launch
+    # writes what is missing.
+    outage_timeout: float = 600.0
 
 
 @dataclass
@@ -169,6 +173,9 @@ class SweepConfig:
     # Seconds a launcher on another host may go without a heartbeat (written every quarter
     # of this) before another launcher sharing the study adopts its running trials.
     heartbeat_grace: float = 60.0
+    # Seconds a launcher waits for a study storage on a database server that stopped
+    # answering mid-sweep (its jobs run on; the trials that finish meanwhile are told after).
+    storage_outage_timeout: float = 300.0
     study_name: str | None = None
     timeout: float | None = None
     max_failures: int | None = None

@@ -28,45 +28,54 @@ MODEL_ID_TAG = "paiexp.model_id"  # the SQL registry keeps no model_id of a vers
 
 
 def log_external_model(client: Any, experiment_id: str, run_id: str, model_uri: str) -> str:
-    """The id of the logged model of ``run_id`` at ``model_uri`` (created once per run)."""
+    """The id of the logged model of ``run_id`` at ``model_uri`` (created once per run).
+
+    Each step is done only if it is not done yet, the link to the run last: called again
+    after it was cut short (the tracking server went away), it finishes that model."""
     from mlflow.entities import LoggedModelOutput, LoggedModelStatus, Metric
     from mlflow.models.model import MLMODEL_FILE_NAME
     from mlflow.models.utils import get_external_mlflow_model_spec
     from mlflow.utils.mlflow_tags import MLFLOW_MODEL_IS_EXTERNAL
 
-    existing = run_model(client, experiment_id, run_id)
-    if existing is not None:
-        return existing
     run = client.get_run(run_id)
-    name = run.data.tags.get("paiexp.job_name") or run.info.run_name
-    model = client.create_logged_model(
-        experiment_id,
-        name=name,
-        source_run_id=run_id,
-        tags={MLFLOW_MODEL_IS_EXTERNAL: "true", MODEL_URI_TAG: model_uri},
-        params={k: v for k, v in run.data.params.items() if k != MODEL_URI_TAG},
-    )
-    with tempfile.TemporaryDirectory() as directory:
-        get_external_mlflow_model_spec(model).save(f"{directory}/{MLMODEL_FILE_NAME}")
-        client.log_model_artifacts(model.model_id, directory)
-    client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
-    client.log_outputs(run_id, [LoggedModelOutput(model.model_id, step=0)])
+    model = _run_model(client, experiment_id, run_id)
+    if model is None:
+        model = client.create_logged_model(
+            experiment_id,
+            name=run.data.tags.get("paiexp.job_name") or run.info.run_name,
+            source_run_id=run_id,
+            tags={MLFLOW_MODEL_IS_EXTERNAL: "true", MODEL_URI_TAG: model_uri},
+            params={k: v for k, v in run.data.params.items() if k != MODEL_URI_TAG},
+        )
+    linked = {output.model_id for output in run.outputs.model_outputs} if run.outputs else set()
+    if model.model_id in linked:
+        return str(model.model_id)
+    if model.status != LoggedModelStatus.READY:
+        with tempfile.TemporaryDirectory() as directory:
+            get_external_mlflow_model_spec(model).save(f"{directory}/{MLMODEL_FILE_NAME}")
+            client.log_model_artifacts(model.model_id, directory)
+        client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
     final = [
         Metric(m.key, m.value, m.timestamp, m.step, model_id=model.model_id, run_id=run_id)
         for m in run.data._metric_objs
     ]
-    if final:
+    if final:  # the same points again after a cut-short call: MLflow keeps them once
         client.log_batch(run_id, metrics=final)
+    client.log_outputs(run_id, [LoggedModelOutput(model.model_id, step=0)])
     return str(model.model_id)
 
 
 def run_model(client: Any, experiment_id: str, run_id: str) -> str | None:
     """The id of the logged model a run produced (the oldest), if any."""
+    model = _run_model(client, experiment_id, run_id)
+    return None if model is None else str(model.model_id)
+
+
+def _run_model(client: Any, experiment_id: str, run_id: str) -> Any:
     found = client.search_logged_models(
         [experiment_id], filter_string=f"source_run_id = '{run_id}'", max_results=50
     )
-    models = sorted(found, key=lambda m: (m.creation_timestamp, m.model_id))
-    return str(models[0].model_id) if models else None
+    return min(found, key=lambda m: (m.creation_timestamp, m.model_id), default=None)
 
 
 @dataclass(frozen=True)

@@ -96,6 +96,29 @@ def check_tracking_server(uri: str) -> None:
         ) from None
 
 
+# The answers MLflow's own client retries (it calls them transient), as the tracker does.
+TRANSIENT_HTTP_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+
+def transient_tracking_error(exc: BaseException) -> bool:
+    """Whether a failed MLflow call may succeed once the tracking store is back: a server that
+    gave no answer, or answered with a status MLflow's client retries; a database store whose
+    server is gone.  An answer that rejects the call (4xx) is no outage."""
+    import requests
+    from mlflow.exceptions import RestException
+
+    from paiexp.outage import chain, transient_database_error
+
+    for error in chain(exc):
+        if isinstance(error, requests.HTTPError) and error.response is not None:
+            return error.response.status_code in TRANSIENT_HTTP_STATUSES
+        if isinstance(error, RestException):  # the server's own error answer
+            return error.get_http_status_code() in TRANSIENT_HTTP_STATUSES
+        if isinstance(error, requests.RequestException | ConnectionError | TimeoutError):
+            return True  # no answer; a RetryError: MLflow's retried statuses persisted
+    return transient_database_error(exc)
+
+
 def _unreachable(exc: Exception) -> str:
     """Why a request got no answer, in a few words."""
     import requests
@@ -107,13 +130,19 @@ def _unreachable(exc: Exception) -> str:
 
 
 class MlflowTracker:
-    def __init__(self, uri: str | None, experiment: str) -> None:
+    def __init__(self, uri: str | None, experiment: str, *, check_server: bool = True) -> None:
+        """``check_server``: a tracking server that does not answer is a UserError at once
+        (the sweep's tracking process, which rides out outages, checked it before)."""
         self.uri = tracking_uri(uri)
-        check_tracking_server(self.uri)
+        if check_server:
+            check_tracking_server(self.uri)
         new_database = _new_sqlite_path(self.uri)
         if new_database is not None and _copy_template(new_database):
             new_database = None  # a copy of the cached empty schema: milliseconds
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+        # paiexp prints where to browse once; MLflow would print two lines (and read the run
+        # again) for each run it closes on a tracking server
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
         from mlflow.tracking import MlflowClient
 
         for name in ("mlflow", "alembic"):  # their set-up chatter is not the user's business
@@ -317,18 +346,21 @@ class MlflowTracker:
         status: str | None = None,
         reason: str | None = None,
         extra_tags: Mapping[str, str] | None = None,
+        logged_at: float | None = None,
     ) -> None:
         """Log what a finished job left (metrics, outputs, log) and close the run.
 
         ``status`` and ``reason`` override what the job's own state implies (a sweep fails a
-        trial whose job succeeded but never printed the objective).
+        trial whose job succeeded but never printed the objective).  ``logged_at`` (epoch
+        seconds, default now) stamps the platform's final metrics: a retry that passes the
+        same time re-logs the same points, which MLflow keeps once.
         """
         from mlflow.entities import Metric
 
         status = status or JOB_STATE_TO_RUN_STATUS[result.status.state]
         if reason is None and result.status.state is not JobState.SUCCEEDED:
             reason = result.status.reason
-        now = int(time.time() * 1000)
+        now = int((time.time() if logged_at is None else logged_at) * 1000)
         metrics = _metrics(unlogged)
         for name, value in result.output_parameters.items():
             step = len(result.series.get(name, ()))

@@ -199,4 +199,4 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 # Real servers (PostgreSQL, an MLflow server backed by it): session fixtures of tests/servers.py.
-from servers import mlflow_server, postgres  # noqa: E402, F401
+from servers import mlflow_server, postgres, tracking_server  # noqa: E402, F401

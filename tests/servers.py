@@ -67,17 +67,23 @@ class Postgres:
         return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
 
     def start(self) -> None:
+        """A new cluster, running."""
         as_user = self._as_user()
         if as_user:
             shutil.chown(self.root, user=self.user, group=self.user)
-        data = self.root / "data"
         subprocess.run(
-            [self.bindir / "initdb", "-D", data, "-U", PG_SUPERUSER, *INITDB_OPTIONS],
+            [self.bindir / "initdb", "-D", self.root / "data", "-U", PG_SUPERUSER, *INITDB_OPTIONS],
             check=True,
             capture_output=True,
             **as_user,
         )
-        self.log = open(self.root / "server.log", "wb")  # noqa: SIM115 (closed in stop)
+        self.run()
+
+    def run(self) -> None:
+        """The server of the cluster, started (again: an outage ends) on the same port."""
+        as_user = self._as_user()
+        data = self.root / "data"
+        self.log = open(self.root / "server.log", "ab")  # noqa: SIM115 (closed in stop)
         settings = {
             "listen_addresses": "127.0.0.1",
             "unix_socket_directories": str(self.root),
@@ -197,12 +203,21 @@ def postgres() -> Iterator[Postgres]:
 
 
 @pytest.fixture(scope="session")
-def mlflow_server(postgres: Postgres, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The URI of an MLflow tracking server whose backend store is a PostgreSQL database."""
+def tracking_server(
+    postgres: Postgres, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[MlflowServer]:
+    """An MLflow tracking server whose backend store is a PostgreSQL database; a test that
+    stops it starts it again before it ends."""
     root = tmp_path_factory.mktemp("mlflow-server")
     server = MlflowServer(postgres.database("mlflow"), root / "artifacts")
     try:
         server.start()
-        yield server.uri
+        yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def mlflow_server(tracking_server: MlflowServer) -> str:
+    """The URI of the tracking server."""
+    return tracking_server.uri

@@ -18,13 +18,18 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from paiexp.outage import transient_database_error
 from paiexp.sweep.records import LOCK, OWNER
 
 if TYPE_CHECKING:
     from optuna.storages import BaseStorage
+
+    from paiexp.outage import Outage
+
+T = TypeVar("T")
 
 
 LOCK_WAIT = 2  # seconds a launcher waits for a database's lock row
@@ -75,21 +80,41 @@ class FileClaims:
 class RdbClaims:
     """Claims in a database server: in one transaction that locks the trial's row (as
     Optuna's own state changes do), the owner inserted where there is none (the attribute's
-    unique key refuses a second) or updated where it is the one expected."""
+    unique key refuses a second) or updated where it is the one expected.  With ``outage``,
+    a claim or the exclusive step that finds the server gone is tried again until it is back
+    (a lock waited for too long is no outage)."""
 
-    def __init__(self, storage: BaseStorage, study_id: int, url: str) -> None:
+    def __init__(
+        self, storage: BaseStorage, study_id: int, url: str, outage: Outage | None = None
+    ) -> None:
         import sqlalchemy as sa
 
         self.study_id = study_id
         self.engine = sa.create_engine(url, pool_pre_ping=True)
+        self.outage = outage
         columns = ("trial_id", "key", "value_json")
         self.attrs = sa.table("trial_user_attributes", *(sa.column(c) for c in columns))
         self.trials = sa.table("trials", sa.column("trial_id"), sa.column("state"))
         self.study_attrs = sa.table("study_system_attributes", *map(sa.column, ("study_id", "key")))
         storage.set_study_system_attr(study_id, LOCK, True)  # the row exclusive() locks
 
+    def _patiently(self, attempt: Callable[[], T]) -> T:
+        return attempt() if self.outage is None else self.outage.call(attempt)
+
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[bool]:
+        import sqlalchemy as sa
+
+        connection, acquired = self._patiently(self._lock)
+        try:
+            yield acquired
+        finally:
+            with contextlib.suppress(sa.exc.DBAPIError):  # gone meanwhile: so is the lock
+                connection.commit()
+            connection.close()
+
+    def _lock(self) -> tuple[Any, bool]:
+        """A connection in a transaction, and whether it holds the lock row."""
         import sqlalchemy as sa
 
         attrs = self.study_attrs
@@ -99,15 +124,20 @@ class RdbClaims:
             .where(attrs.c.key == LOCK)
             .with_for_update()
         )
-        with self.engine.begin() as connection:
+        connection = self.engine.connect()
+        try:
             self._wait_briefly(connection)
             try:
                 connection.execute(lock)
-            except sa.exc.OperationalError:  # waited too long: its transaction rolls back
-                acquired = False
-            else:
-                acquired = True
-            yield acquired
+            except sa.exc.OperationalError as exc:  # waited too long: it rolls back
+                if transient_database_error(exc):
+                    raise
+                connection.rollback()
+                return connection, False
+            return connection, True
+        except BaseException:
+            connection.close()
+            raise
 
     def _wait_briefly(self, connection: Any) -> None:
         """Row locks in this transaction are waited for at most LOCK_WAIT seconds."""
@@ -120,6 +150,9 @@ class RdbClaims:
             connection.execute(sa.text(f"SET SESSION innodb_lock_wait_timeout = {LOCK_WAIT}"))
 
     def claim(self, trial_id: int, expected: str | None, new: str) -> bool:
+        return self._patiently(lambda: self._claim(trial_id, expected, new))
+
+    def _claim(self, trial_id: int, expected: str | None, new: str) -> bool:
         import sqlalchemy as sa
 
         attrs, trials = self.attrs, self.trials
@@ -132,6 +165,13 @@ class RdbClaims:
                 ).scalar()
                 if str(state).rpartition(".")[2] != "RUNNING":
                     return False
+                current = connection.execute(
+                    sa.select(attrs.c.value_json)
+                    .where(attrs.c.trial_id == trial_id)
+                    .where(attrs.c.key == OWNER)
+                ).scalar()
+                if current == value:  # a try the outage cut short had claimed it
+                    return True
                 if expected is None:
                     connection.execute(
                         attrs.insert().values(trial_id=trial_id, key=OWNER, value_json=value)
@@ -147,7 +187,9 @@ class RdbClaims:
                 return bool(updated.rowcount == 1)
         except sa.exc.IntegrityError:  # another launcher inserted an owner first
             return False
-        except sa.exc.OperationalError:  # its row stayed locked: another check tries again
+        except sa.exc.OperationalError as exc:  # its row stayed locked: another check tries again
+            if transient_database_error(exc):
+                raise
             return False
 
 
@@ -160,4 +202,7 @@ def create_claims(storage: BaseStorage, study_id: int, location: str) -> Claims:
     url = sa.engine.make_url(location)
     if url.get_backend_name() == "sqlite":  # no row locks: a lock file beside the database
         return FileClaims(storage, str(url.database))
-    return RdbClaims(storage, study_id, location)
+    from paiexp.sweep.patient_storage import PatientStorage
+
+    outage = storage.outage if isinstance(storage, PatientStorage) else None
+    return RdbClaims(storage, study_id, location, outage)

@@ -99,6 +99,10 @@ def prepare_sweep(
                 f"sweep.enqueue[{index}]: {sorted(unknown)[0]!r} is not a searched "
                 f"parameter; searched: {', '.join(sorted(sampled))}"
             )
+    if config.tracker.outage_timeout <= 0:
+        raise UserError(
+            f"tracker.outage_timeout: must be > 0 seconds, got {config.tracker.outage_timeout}"
+        )
     check_tracking_server(tracking_uri(config.tracker.uri))  # last: it asks the network
     return PreparedSweep(
         config=config,
@@ -147,9 +151,10 @@ class Launcher:
         prepared = self.prepared
         prepared.backend.set_concurrency(prepared.sweep.parallelism)
         # may still reject the sweep: before anything is tracked
-        opened = open_study(prepared, self.owner)
+        opened = open_study(prepared, self.owner, self.progress.say)
         study, sweep = opened.study, opened.sweep_id
         tracker = self.tracker_factory(tracking_setup(prepared))
+        tracker.notify = self.progress.say
         parent = parent_run(prepared, prepared.backend.name)
         # MLflow opens in the tracking process while trials run
         known_run = study.user_attrs.get(PARENT_RUN_ATTR)
@@ -196,6 +201,8 @@ def tracking_setup(prepared: PreparedSweep) -> TrackingSetup:
         source=prepared.source,
         register=prepared.sweep.register,
         objective=prepared.objectives[0].metric,
+        outage_timeout=config.tracker.outage_timeout,
+        storage_outage_timeout=prepared.sweep.storage_outage_timeout,
     )
 
 

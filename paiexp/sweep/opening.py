@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from paiexp.errors import UserError
 from paiexp.processes import process_alive
 from paiexp.redact import redact_url
+from paiexp.sweep.ownership import heartbeat_interval
 from paiexp.sweep.records import SWEEP_ID
-from paiexp.sweep.study import create_pruner, create_sampler, create_storage
+from paiexp.sweep.study import create_pruner, create_sampler, create_storage, storage_outage
 
 if TYPE_CHECKING:
     from optuna import Study
@@ -44,9 +46,12 @@ class OpenedStudy:
     leader: bool  # this launch chose the sweep id: it creates the sweep's parent run
 
 
-def open_study(prepared: PreparedSweep, owner: str) -> OpenedStudy:
+def open_study(
+    prepared: PreparedSweep, owner: str, notify: Callable[[str], None] | None = None
+) -> OpenedStudy:
     """The sweep's study, with its ``paiexp:sweep_id`` and ``sweep.enqueue`` queued;
-    ``owner``: this launcher.
+    ``owner``: this launcher; ``notify``: tells the user of a database server's outages,
+    which the study then rides out (see :mod:`paiexp.sweep.patient_storage`).
 
     A study of that name optimizing other directions is a UserError: nothing is tracked yet.
     """
@@ -57,7 +62,14 @@ def open_study(prepared: PreparedSweep, owner: str) -> OpenedStudy:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sweep = prepared.sweep
     directions: list[Any] = [o.direction for o in prepared.objectives]
-    storage = create_storage(prepared.storage)
+    outage = None
+    if notify is not None:
+        limit = sweep.storage_outage_timeout
+        # once the server is back, each launcher beats again within a heartbeat's interval:
+        # long before another, which counts silences anew after the outage, takes it for gone
+        wait = heartbeat_interval(sweep.heartbeat_grace)
+        outage = storage_outage(prepared.storage, limit, notify, longest_wait=wait)
+    storage = create_storage(prepared.storage, outage)
     try:
         try:
             storage.create_new_study(

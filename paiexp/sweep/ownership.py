@@ -98,6 +98,11 @@ def trial_id(trial: Trial | FrozenTrial) -> int:
     return trial._trial_id
 
 
+def heartbeat_interval(grace: float) -> float:
+    """How often a launcher heartbeats, for a grace period of ``grace`` seconds."""
+    return grace / 4
+
+
 class Lease:
     """This launcher's hold on its trials: its identity, heartbeats and claims.
 
@@ -111,7 +116,7 @@ class Lease:
         self.claims = create_claims(self.storage, self.study_id, location)
         self.identity = identity
         self.grace = grace
-        self.interval = grace / 4
+        self.interval = heartbeat_interval(grace)
         self.last_beat = -float("inf")  # monotonic time the last heartbeat began
 
     @property
@@ -144,6 +149,12 @@ class Lease:
     def claim(self, trial_id: int, expected: str | None) -> bool:
         return self.claims.claim(trial_id, expected, self.owner)
 
+    def outages(self) -> int:
+        """How many outages of the study's database server this launcher waited through."""
+        from paiexp.sweep.patient_storage import PatientStorage
+
+        return self.storage.outage.ended if isinstance(self.storage, PatientStorage) else 0
+
     def heartbeats(self) -> dict[str, Any]:
         """Every launcher's last heartbeat in this study, by owner."""
         attrs = self.storage.get_study_system_attrs(self.study_id)
@@ -161,6 +172,11 @@ class Watch:
         self.host = identity.host
         self.grace = grace
         self.seen: dict[str, tuple[Any, float]] = {}  # key -> (value, when first seen)
+
+    def restart(self) -> None:
+        """Count every silence from now: after an outage of the study's storage, in which no
+        launcher could write a heartbeat."""
+        self.seen.clear()
 
     def silent(self, key: str, value: Any) -> bool:
         """Whether ``value`` under ``key`` stayed the same for the grace period."""

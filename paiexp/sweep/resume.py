@@ -36,6 +36,7 @@ class Adopter:
         self.jobs = jobs
         self.progress = progress
         self.watch = Watch(jobs.lease.identity, jobs.lease.grace)
+        self.outages = 0  # the storage outages the watch has counted silences after
         # trials other launchers follow that this one waits for at the end (all but those
         # of a live launcher on this host, which finishes them): number -> owner
         self.others: dict[int, str | None] = {}
@@ -46,6 +47,10 @@ class Adopter:
 
         lease = self.jobs.lease
         heartbeats = lease.heartbeats()
+        self.jobs.shared = self.jobs.shared or any(o != lease.owner for o in heartbeats)
+        if lease.outages() != self.outages:  # nobody could heartbeat: silences start anew
+            self.outages = lease.outages()
+            self.watch.restart()
         self.others = {}
         flights = []
         for frozen in self.jobs.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):

@@ -118,8 +118,11 @@ class Scheduler:
                 self.progress.say(f"backend unavailable, polling again: {exc}")
                 self.backend.wait(handles, self.backend.poll_interval)
                 continue
+            now = time.monotonic()
             for flight in [f for f in self.inflight if f.handle.id in statuses]:
                 status = statuses[flight.handle.id]
+                if not status.state.terminal and not self._pull_due(flight, now):
+                    continue  # nothing to act on: no heartbeat due before it either
                 points = self._pull(flight, final=status.state.terminal)
                 self._hold()
                 if flight not in self.inflight:
@@ -133,21 +136,24 @@ class Scheduler:
             if self.inflight and not self._slot_free():
                 self.backend.wait([f.handle for f in self.inflight], self.backend.poll_interval)
 
+    def _pull_due(self, flight: InFlight, now: float) -> bool:
+        """Whether a running job's log is read now: every tick when a pruner reads it, else
+        at most every LOG_PULL seconds (its metrics are logged once it ends)."""
+        return self.pruning is not None or now - flight.pulled >= LOG_PULL
+
     def _pull(self, flight: InFlight, *, final: bool) -> list[MetricPoint]:
-        """A job's new log lines: every tick when a pruner reads them, else at most every
-        LOG_PULL seconds while it runs (its metrics are logged once it ends), and at its end."""
-        now = time.monotonic()
-        if not final and self.pruning is None and now - flight.pulled < LOG_PULL:
-            return []
-        flight.pulled = now
+        """A job's new log lines (all of them at its end)."""
+        flight.pulled = time.monotonic()
         return flight.monitor.pull(final=final)
 
     def _hold(self) -> None:
-        """When due: heartbeat (after a silence, claim this launcher's trials again and drop
+        """When due: the study's best on the parent run (other launchers' trials may have
+        beaten it), a heartbeat (after a silence, claim this launcher's trials again and drop
         those another launcher took), then adopt the trials of launchers that are gone."""
         lease = self.jobs.lease
         if not lease.due():
             return
+        self.jobs.publish_best(changed_only=True)  # other launchers' better trials too
         if lease.fresh():
             lease.beat()
         else:

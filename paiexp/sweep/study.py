@@ -8,14 +8,18 @@ sweep rebuilds them from the same config.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from paiexp.config import Direction
 from paiexp.errors import UserError
 from paiexp.metrics import MetricDefinition
+from paiexp.redact import redact_url
+
+if TYPE_CHECKING:
+    from paiexp.outage import Outage
 
 SAMPLERS = {
     "tpe": "TPESampler",
@@ -93,6 +97,10 @@ def check_sweep_settings(
         raise UserError(f"sweep.timeout: must be > 0 seconds or null, got {sweep.timeout}")
     if sweep.heartbeat_grace <= 0:
         raise UserError(f"sweep.heartbeat_grace: must be > 0 seconds, got {sweep.heartbeat_grace}")
+    if sweep.storage_outage_timeout <= 0:
+        raise UserError(
+            f"sweep.storage_outage_timeout: must be > 0 seconds, got {sweep.storage_outage_timeout}"
+        )
     if sweep.sampler.name not in SAMPLERS:
         raise UserError(
             f"sweep.sampler.name: unknown sampler {sweep.sampler.name!r}; "
@@ -124,30 +132,78 @@ def storage_location(storage: str, base_dir: Path) -> str:
     return str((base_dir / storage).resolve())
 
 
-def create_storage(location: str) -> Any:
+def create_storage(location: str, outage: Outage | None = None) -> Any:
+    """The storage at ``location``; with ``outage``, a database server's is patient (see
+    :mod:`paiexp.sweep.patient_storage`)."""
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
     if "://" in location:
-        return rdb_storage(location)
+        storage = rdb_storage(location)
+        if outage is None:
+            return storage
+        from optuna.storages import get_storage
+
+        from paiexp.sweep.patient_storage import PatientStorage
+
+        # with the cache load_study would add; concrete (see patient_storage), mypy can't tell
+        return PatientStorage(get_storage(storage), outage)  # type: ignore[abstract]
     Path(location).parent.mkdir(parents=True, exist_ok=True)
     return JournalStorage(JournalFileBackend(location))
 
 
+def storage_outage(
+    location: str, limit: float, notify: Callable[[str], None], *, longest_wait: float
+) -> Outage:
+    """How the outages of the study's database server are ridden out: tried again at least
+    every ``longest_wait`` seconds, so that a launcher is back at work (and heartbeating)
+    that soon after the server is."""
+    from paiexp.outage import OUTAGE_BACKOFF, Outage, transient_database_error
+
+    return Outage(
+        service=f"study storage at {redact_url(location)}",
+        key="sweep.storage_outage_timeout",
+        limit=limit,
+        transient=transient_database_error,
+        notify=notify,
+        backoff=replace(OUTAGE_BACKOFF, max_delay=min(OUTAGE_BACKOFF.max_delay, longest_wait)),
+    )
+
+
 def rdb_storage(url: str, attempts: int = 5) -> Any:
     """An RDB storage.  Launchers started together on a new database race to create Optuna's
-    schema: the losers' statements fail, and their next try finds the schema made."""
+    schema: the losers' statements fail, and their next try finds the schema made.  A
+    database server that does not answer, or refuses the connection, is a UserError naming
+    ``sweep.storage``."""
     import optuna
     import sqlalchemy
 
+    from paiexp.outage import chain
+
     races = (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError)
+    failures = (*races, optuna.exceptions.StorageInternalError, sqlalchemy.exc.OperationalError)
     for attempt in range(1, attempts + 1):
         try:
             return optuna.storages.RDBStorage(url)
-        except (*races, optuna.exceptions.StorageInternalError):
+        except failures as exc:
+            for error in chain(exc):
+                if isinstance(error, sqlalchemy.exc.OperationalError):
+                    raise UserError(_unusable_database(url, error)) from None
             if attempt == attempts:
                 raise
             time.sleep(0.2 * attempt)
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
+def _unusable_database(url: str, error: BaseException) -> str:
+    from paiexp.outage import describe, transient_database_error
+
+    if transient_database_error(error):
+        return (
+            f"sweep.storage: no database server answers at {redact_url(url)} "
+            f"({describe(error)}); start it, or set sweep.storage to one that runs"
+        )
+    return f"sweep.storage: the database at {redact_url(url)} refuses the study: {describe(error)}"
 
 
 def create_sampler(config: Any) -> Any:

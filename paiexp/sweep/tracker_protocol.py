@@ -7,6 +7,7 @@ the tracking process, a test's fake records it.
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -30,12 +31,16 @@ if TYPE_CHECKING:
     from paiexp.metrics import MetricPoint
     from paiexp.monitor import JobResult
 
+log = logging.getLogger(__name__)
+
 
 class Tracker(ABC):
     """A sweep's tracker. ``fatal`` says when tracking cannot work (the launcher then stops
-    submitting); ``run_ids`` maps a job's name to its trial's run, for the runs made so far."""
+    submitting); ``run_ids`` maps a job's name to its trial's run, for the runs made so far;
+    ``notify`` tells the user what the tracking has to say (by default, a logged warning)."""
 
     def __init__(self) -> None:
+        self.notify: Callable[[str], None] = _warn
         self._fatal: str | None = None
         self._run_ids: dict[str, str] = {}
         self.experiment_id: str | None = None  # once closed: the runs' MLflow experiment
@@ -87,9 +92,15 @@ class Tracker(ABC):
         self.send(Reconcile(tuple(trials)))
 
     def start_child(
-        self, job_name: str, record: TrialRecord, tags: Mapping[str, str], *, adopted: bool = False
+        self,
+        job_name: str,
+        record: TrialRecord,
+        tags: Mapping[str, str],
+        *,
+        adopted: bool = False,
+        shared: bool = False,
     ) -> None:
-        self.send(StartChild(job_name, record, dict(tags), adopted))
+        self.send(StartChild(job_name, record, dict(tags), adopted, shared))
 
     def finish_child(
         self,
@@ -112,6 +123,10 @@ class Tracker(ABC):
 
     def finish_parent(self, *, interrupted: bool, close: bool = True) -> None:
         self.send(FinishParent(interrupted, close))
+
+
+def _warn(text: str) -> None:
+    log.warning("%s", text)
 
 
 TrackerFactory = Callable[[TrackingSetup], Tracker]

@@ -20,6 +20,7 @@ from paiexp.sweep.tracking_messages import (
     CallFailed,
     Close,
     Closed,
+    Notice,
     Reply,
     RunCreated,
     TrackingSetup,
@@ -61,6 +62,8 @@ class SweepTracker(Tracker):
                     self.errors.append(text)
                     if fatal:
                         self._fatal = text
+                case Notice(text=text):
+                    self.notify(text)
                 case Closed(uri=uri, experiment_id=experiment_id, registered=registered):
                     self.uri = uri
                     self.experiment_id = experiment_id

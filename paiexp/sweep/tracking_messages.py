@@ -1,8 +1,8 @@
 """The channel between a sweep's launcher and its tracking process: typed calls and replies.
 
 The launcher sends one frozen message per call, in order; the tracking process answers with
-the runs it created, the calls that failed and, last, that it closed.  Everything here is
-plain picklable data: the launcher never imports MLflow.
+the runs it created, the calls that failed, notices for the user and, last, that it closed.
+Everything here is plain picklable data: the launcher never imports MLflow.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ class TrackingSetup:
     source: SourceInfo | None
     register: str | None = None  # sweep.register: the registered model of the best trial's
     objective: str | None = None  # the metric of its (first) objective
+    outage_timeout: float = 600.0  # tracker.outage_timeout, in seconds
+    storage_outage_timeout: float = 300.0  # sweep.storage_outage_timeout, in seconds
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,7 @@ class StartChild:
     record: TrialRecord
     tags: dict[str, str]
     adopted: bool
+    shared: bool = False  # other launchers follow the study: one may adopt the trial
 
 
 @dataclass(frozen=True)
@@ -168,6 +171,14 @@ class CallFailed:
 
 
 @dataclass(frozen=True)
+class Notice:
+    """Something the user should hear while the sweep runs (the tracking server went away,
+    came back)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
 class Closed:
     """Every call is done; ``uri`` is the tracking URI, None when MLflow never opened, and
     ``experiment_id`` the experiment the runs are in."""
@@ -177,4 +188,4 @@ class Closed:
     registered: str | None = None  # sweep.register's outcome, e.g. "m version 3 (best)"
 
 
-Reply = RunCreated | CallFailed | Closed
+Reply = RunCreated | CallFailed | Notice | Closed

@@ -5,6 +5,13 @@ reconciles), ignores Ctrl-C (an interrupted sweep still closes its runs), yields
 starting jobs, imports what the end-of-sweep plots need while a new trial's job starts up, and
 exits without the interpreter's teardown.  Every MLflow call goes through
 :class:`paiexp.tracking.MlflowTracker`.
+
+A tracking server that stops answering is waited for (:mod:`paiexp.outage`, up to
+``tracker.outage_timeout``): the call that failed is tried again, the calls behind it wait
+in the queue in order, the trials go on.  Every call is idempotent when tried again: a run
+it may have created is found by its job name, final metrics carry the time of the first
+try, a run already closed is left so.  MLflow's own client retries, which would resend a
+request that reached the server, are turned off here.
 """
 
 from __future__ import annotations
@@ -17,13 +24,15 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, assert_never
 
 from paiexp.metrics import MetricPoint
 from paiexp.monitor import JobMonitor
+from paiexp.outage import Outage, OutageTooLong
 from paiexp.record import RunRecord, make_record
+from paiexp.redact import redact_url
 from paiexp.sweep.opening import PARENT_RUN_ATTR
 from paiexp.sweep.records import JOB_NAME
 from paiexp.sweep.study_artifacts import study_artifacts, warm_up
@@ -36,6 +45,7 @@ from paiexp.sweep.tracking_messages import (
     FinishChild,
     FinishedTrial,
     FinishParent,
+    Notice,
     OpenParent,
     Reconcile,
     RunCreated,
@@ -45,7 +55,7 @@ from paiexp.sweep.tracking_messages import (
     UpdateBest,
     call_name,
 )
-from paiexp.tracking import TERMINAL_RUN_STATUSES, TRIAL_STATE_TO_RUN_STATUS
+from paiexp.tracking import TERMINAL_RUN_STATUSES, TRIAL_STATE_TO_RUN_STATUS, tracking_uri
 
 if TYPE_CHECKING:
     from paiexp.tracking import MlflowTracker
@@ -82,7 +92,9 @@ def serve(setup: TrackingSetup, calls: Any, replies: Any, launcher_pid: int) -> 
     _die_with(launcher_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
     _yield_cpu()
+    os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"  # retried whole, idempotently, here
     worker = TrackingWorker(setup)
+    outage = tracking_outage(setup, lambda text: replies.put(Notice(text)))
     warmed = False
     between_trials = False  # a trial's job just started, after an earlier one finished
     while True:
@@ -103,10 +115,11 @@ def serve(setup: TrackingSetup, calls: Any, replies: Any, launcher_pid: int) -> 
             continue
         between_trials = isinstance(message, StartChild) and worker.finished_children > 0
         try:
-            created = worker.apply(message)
+            created = apply_through_outages(worker, message, outage)
         except Exception as exc:  # tracking must never take the sweep down
             text = f"{call_name(message)}: {exc}"
-            fatal = not worker.parent_run_id  # nothing can be tracked without a parent run
+            # nothing can be tracked without a parent run, nor while the server stays away
+            fatal = not worker.parent_run_id or isinstance(exc, OutageTooLong)
             if fatal:
                 worker.fatal = text
             else:
@@ -115,6 +128,33 @@ def serve(setup: TrackingSetup, calls: Any, replies: Any, launcher_pid: int) -> 
             continue
         if created is not None:  # the launcher labels the trial's job with its run
             replies.put(created)
+
+
+def tracking_outage(setup: TrackingSetup, notify: Callable[[str], None]) -> Outage:
+    """How the tracking store's outages are ridden out (see :mod:`paiexp.outage`)."""
+    from paiexp.tracking import transient_tracking_error
+
+    return Outage(
+        service=f"MLflow tracking server at {redact_url(tracking_uri(setup.tracker_uri))}",
+        key="tracker.outage_timeout",
+        limit=setup.outage_timeout,
+        transient=transient_tracking_error,
+        notify=notify,
+    )
+
+
+def apply_through_outages(worker: TrackingWorker, call: Call, outage: Outage) -> RunCreated | None:
+    """Apply ``call``, tried again while the tracking store is down; each try after the first
+    knows it is a retry, and all share the time of the first."""
+    first_try = time.time()
+    tries = 0
+
+    def attempt() -> RunCreated | None:
+        nonlocal tries
+        tries += 1
+        return worker.apply(call, at=first_try, retried=tries > 1)
+
+    return outage.call(attempt)
 
 
 def _exit(replies: Any) -> NoReturn:
@@ -163,7 +203,8 @@ class TrackingWorker:
         if self._tracker is None:
             from paiexp.tracking import MlflowTracker
 
-            self._tracker = MlflowTracker(self.setup.tracker_uri, self.setup.experiment)
+            setup = self.setup  # the launcher checked the server before the sweep began
+            self._tracker = MlflowTracker(setup.tracker_uri, setup.experiment, check_server=False)
         return self._tracker
 
     @property
@@ -171,37 +212,43 @@ class TrackingWorker:
         if self._study is None:
             import optuna
 
-            from paiexp.sweep.study import create_storage
+            from paiexp.outage import OUTAGE_BACKOFF
+            from paiexp.sweep.study import create_storage, storage_outage
 
             optuna.logging.set_verbosity(optuna.logging.WARNING)
+            setup = self.setup
+            # its outages are waited through quietly: the launcher tells the user of them
+            outage = storage_outage(
+                setup.storage,
+                setup.storage_outage_timeout,
+                log.debug,
+                longest_wait=OUTAGE_BACKOFF.max_delay,
+            )
             self._study = optuna.load_study(
-                study_name=self.setup.study_name, storage=create_storage(self.setup.storage)
+                study_name=setup.study_name, storage=create_storage(setup.storage, outage)
             )
         return self._study
 
-    def apply(self, call: Call) -> RunCreated | None:
-        """Carry out one call; a trial's run, when the call created one."""
+    def apply(
+        self, call: Call, *, at: float | None = None, retried: bool = False
+    ) -> RunCreated | None:
+        """Carry out one call; a trial's run, when the call created one.  ``at``: when the
+        call was first tried (what it logs is stamped so; default now); ``retried``: an
+        earlier try failed part way, so what it creates may exist already."""
+        at = time.time() if at is None else at
         match call:
             case OpenParent():
                 self.open_parent(call)
             case Reconcile():
-                self.reconcile(call.trials)
+                self.reconcile(call.trials, at=at)
             case StartChild():
-                return RunCreated(call.job_name, self.start_child(call))
+                return RunCreated(call.job_name, self.start_child(call, retried=retried))
             case FinishChild():
-                self.finished_children += 1
-                self.tracker.finish(
-                    self.runs[call.job_name],
-                    call.result,
-                    unlogged=call.unlogged,
-                    status=call.status,
-                    reason=call.reason,
-                    extra_tags=call.tags,
-                )
+                self.finish_child(call, at=at, retried=retried)
             case FailChild():
                 self.tracker.fail(self.runs[call.job_name], call.reason)
             case UpdateBest():
-                self.update_best(call)
+                self.update_best(call, at=at)
             case FinishParent():
                 self.finish_parent(interrupted=call.interrupted, close=call.close)
             case _:
@@ -249,15 +296,14 @@ class TrackingWorker:
         )
         return None
 
-    def update_best(self, call: UpdateBest) -> None:
+    def update_best(self, call: UpdateBest, *, at: float) -> None:
         """The study's best on the parent run, and the best trial's run tagged.
 
         Launchers sharing the study each publish their view of it: an earlier view (fewer
         complete trials) than the parent's adds only its metric steps, and tags the run of the
         parent's best, which may not have existed when that view was published.
         """
-        now = time.time()
-        points = [MetricPoint(name, value, call.step, now) for name, value in call.metrics.items()]
+        points = [MetricPoint(name, value, call.step, at) for name, value in call.metrics.items()]
         parent = self.tracker.get_run(self.parent_run_id)
         tags = parent.tags if parent else {}
         if call.step < int(tags.get(COMPLETE_TRIALS_TAG, -1)):
@@ -329,22 +375,42 @@ class TrackingWorker:
 
     # -- children --------------------------------------------------------------------------
 
-    def start_child(self, call: StartChild) -> str:
-        """Create a trial's run (an adopted trial's may exist: reuse it) and log its record."""
+    def start_child(self, call: StartChild, *, retried: bool = False) -> str:
+        """Create a trial's run and log its record.  An adopted trial's run may exist, and so
+        may a retried call's: either is found and reused.  In a shared study, a launcher may
+        adopt the trial while this call waits in the queue (this launcher stalled): both
+        resolve to the oldest run."""
         record = self.record(call.record)
-        existing = (
-            self.tracker.child_run(self.parent_run_id, call.job_name) if call.adopted else None
-        )
+        maybe_made = call.adopted or retried
+        existing = self.tracker.child_run(self.parent_run_id, call.job_name) if maybe_made else None
         if existing is not None:
             run_id = existing.run_id
         else:
             run_name = call.tags.get("mlflow.runName", call.job_name)
-            run_id = self.create_child(record, run_name, call.tags, resolve=call.adopted)
+            resolve = maybe_made or call.shared
+            run_id = self.create_child(record, run_name, call.tags, resolve=resolve)
         self.runs[call.job_name] = run_id
         self.tracker.log_record(run_id, record)
         return run_id
 
-    def reconcile(self, trials: Iterable[FinishedTrial]) -> None:
+    def finish_child(self, call: FinishChild, *, at: float, retried: bool = False) -> None:
+        """Log what a trial's job left and close its run; a retried call whose run got closed
+        (the last step) has nothing left to do."""
+        run_id = self.runs[call.job_name]
+        run = self.tracker.get_run(run_id) if retried else None
+        if run is None or run.status not in TERMINAL_RUN_STATUSES:
+            self.tracker.finish(
+                run_id,
+                call.result,
+                unlogged=call.unlogged,
+                status=call.status,
+                reason=call.reason,
+                extra_tags=call.tags,
+                logged_at=at,
+            )
+        self.finished_children += 1
+
+    def reconcile(self, trials: Iterable[FinishedTrial], *, at: float) -> None:
         """Give each trial that had finished before this launch a closed run: a crash may
         have dropped the calls that were queued for it."""
         from paiexp.backends import create_backend
@@ -380,6 +446,7 @@ class TrackingWorker:
                 status=TRIAL_STATE_TO_RUN_STATUS[trial.state],
                 reason=trial.reason,
                 extra_tags={"paiexp.trial_state": trial.state},
+                logged_at=at,
             )
 
     def create_child(

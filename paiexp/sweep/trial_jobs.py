@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(eq=False)  # one per job: ``in`` and ``remove`` compare identities, not fields
 class InFlight:
     """A trial whose job runs."""
 
@@ -86,6 +86,8 @@ class TrialJobs:
         self.refused: str | None = None  # why the platform refuses this sweep's jobs
         self.blocked = False  # the last start could not ask (see start)
         self.published: tuple[int, ...] = ()  # the best trial(s) the parent run was told
+        self.best_value: float | None = None  # one objective: the value of the best published
+        self.shared = False  # another launcher has followed the study (its heartbeat seen)
 
     def job_name(self, number: int) -> str:
         return job_name(self.study_name, self.sweep_id, number)
@@ -110,12 +112,30 @@ class TrialJobs:
             trial = self.study.ask(self.distributions)
             if not self.lease.claim(trial_id(trial), None):
                 return None  # adopted first: only by a launcher that found it ownerless long
-        trial.set_user_attr(JOB_NAME, self.job_name(trial.number))
-        return self.launch(trial)
+        return self.launch(trial, name=self.job_name(trial.number))
 
-    def launch(self, trial: Trial, *, adopted: FrozenTrial | None = None) -> InFlight | None:
+    def launch(
+        self, trial: Trial, *, adopted: FrozenTrial | None = None, name: str | None = None
+    ) -> InFlight | None:
         """Submit (or find again) the trial's job and have its child run created; None if
-        the trial failed instead. ``adopted``: the trial as a launcher that is gone left it."""
+        the trial failed instead, or if another launcher finished it while this one was silent
+        (stopped, cut off) in the middle of launching it: it adopted the trial, and its job
+        (one per name) with it.  ``adopted``: the trial as a launcher that is gone left it;
+        ``name``: a new trial's job name, recorded first."""
+        from optuna.exceptions import UpdateFinishedTrialError
+
+        try:
+            if name is not None:
+                trial.set_user_attr(JOB_NAME, name)
+            return self._launch(trial, adopted)
+        except UpdateFinishedTrialError:
+            self.progress.say(
+                f"trial {trial.number}: finished by another launcher while this one was "
+                "silent; left to it"
+            )
+            return None
+
+    def _launch(self, trial: Trial, adopted: FrozenTrial | None) -> InFlight | None:
         name = str(trial.user_attrs[JOB_NAME])
         try:
             spec = self.spec(trial.params, trial.number, name)
@@ -159,7 +179,8 @@ class TrialJobs:
         job_id = trial.user_attrs.get(JOB_ID)  # none when its job was never submitted
         if job_id:
             tags["paiexp.job_id"] = str(job_id)
-        self.tracker.start_child(spec.name, self.record(params, spec), tags, adopted=adopted)
+        record = self.record(params, spec)
+        self.tracker.start_child(spec.name, record, tags, adopted=adopted, shared=self.shared)
 
     def label_runs(self) -> None:
         """Label each job with its MLflow run's id once the tracking process has made it."""
@@ -205,7 +226,18 @@ class TrialJobs:
         self.progress.finished(trial.number, state.name, values, reason, retried=retried)
         for warning in result.warnings:
             log.warning("trial %d: %s", trial.number, warning)
-        self.publish_best(changed_only=True)
+        if values and self.improves(values):
+            self.publish_best(changed_only=True)
+
+    def improves(self, values: list[float]) -> bool:
+        """Whether a trial's objective values may change the best (it reads every complete
+        trial: per tell, that would grow with the study); other launchers' better trials are
+        published once per heartbeat interval (see :class:`~paiexp.sweep.scheduler.Scheduler`)."""
+        if len(self.objectives) > 1 or self.best_value is None:
+            return True
+        if self.objectives[0].direction == "maximize":
+            return values[0] > self.best_value
+        return values[0] < self.best_value
 
     def fail(
         self,
@@ -245,7 +277,8 @@ class TrialJobs:
         metrics: dict[str, float] = {}
         best_job: str | None = None
         if len(self.objectives) == 1:
-            metrics[f"best_{self.objectives[0].metric}"] = float(best[0].values[0])
+            self.best_value = float(best[0].values[0])
+            metrics[f"best_{self.objectives[0].metric}"] = self.best_value
             tags = {
                 "paiexp.best_trial": str(best[0].number),
                 "paiexp.best_value": repr(best[0].values[0]),

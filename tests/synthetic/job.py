@@ -2,7 +2,8 @@
 
 Hyperparameters (PAI_HPS): x (the objective is x**2), duration (seconds, spread over
 `steps` per-step lines `loss=...`), fail ("true" -> exit 3), nan ("true" -> prints nan),
-silent ("true" -> never prints the objective). Every execution appends its hyperparameters
+silent ("true" -> never prints the objective), model ("true" -> writes a model file to
+the model channel). Every execution appends its hyperparameters
 (PAI_HPS, one line) to the file named by $LEDGER, so tests can count executions and tell
 whose they were (every job's working directory is /ml/usercode, as on PAI).
 """
@@ -29,5 +30,8 @@ for step in range(steps):
 if hps.get("fail") == "true":
     print("something went wrong", file=sys.stderr)
     sys.exit(3)
+if hps.get("model") == "true":
+    with open(os.path.join(os.environ["PAI_OUTPUT_MODEL"], "model.txt"), "w") as stream:
+        stream.write(f"x={x}\n")
 if hps.get("silent") != "true":
     print(f"score={'nan' if hps.get('nan') == 'true' else repr(x * x)}", flush=True)

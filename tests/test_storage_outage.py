@@ -1,0 +1,147 @@
+"""The study's database server goes away mid-sweep, and comes back; or is not there at all.
+
+A PostgreSQL cluster of this test's own (tests/servers.py) holds the study, stopped and
+started again on its port while two launchers (two hosts) run a sweep.  Each waits in the
+call that found it gone; the jobs in flight finish meanwhile, and their trials are told once
+it is back.  The outage outlasts the heartbeat grace: neither launcher takes the other for
+gone because of it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import (
+    assert_nothing_started,
+    assert_one_line_error,
+    clean_env,
+    run_paiexp,
+    wait_until,
+)
+from servers import Postgres, free_port
+from sweep_helpers import children_by_trial, synthetic_project
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+OUTAGE = 12.0
+GRACE = 4.0  # sweep.heartbeat_grace: far shorter than the outage
+HOSTS = ("host-a", "host-b")
+N_TRIALS = 8
+DURATION = 4.0  # shorter than the outage: the jobs in flight when it begins end within it
+SWEEP = {
+    "params": {"x": "interval(-3, 3)", "duration": DURATION, "steps": 2},
+    "n_trials": N_TRIALS,
+    "parallelism": 2,
+    "sampler": {"name": "random", "seed": 5},
+}
+
+
+@pytest.fixture
+def database() -> Iterator[Postgres]:
+    """A cluster of this test alone (stopping it disturbs no other test), outside pytest's
+    temporary root (private to the user running the tests, not PostgreSQL's)."""
+    server = Postgres(Path(tempfile.mkdtemp(prefix="paiexp-pg-")))
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(server.root, ignore_errors=True)
+
+
+def job_ended_at(root: Path, job_name: str) -> float:
+    """When backend=local saw the job's command end (its state file's ``ended_at``)."""
+    state = json.loads((root / ".paiexp" / "jobs" / job_name / "state.json").read_text())
+    return float(state["ended_at"])
+
+
+def study_of(url: str) -> Any:
+    import optuna
+
+    return optuna.load_study(study_name="syn", storage=url)
+
+
+def test_trials_that_end_while_the_database_is_down_are_told_when_it_is_back(
+    tmp_path: Path, database: Postgres
+) -> None:
+    from optuna.trial import TrialState
+
+    url = database.database("outage")
+    sweep = {**SWEEP, "storage": url, "heartbeat_grace": GRACE}
+    root = synthetic_project(tmp_path / "project", sweep)
+    ledger = root / "ledger.txt"
+    launchers = {}
+    for host in HOSTS:
+        with open(root / f"{host}.log", "w") as log:
+            launchers[host] = subprocess.Popen(
+                [sys.executable, "-m", "paiexp", "+sweep=syn"],
+                cwd=root,
+                env=clean_env(LEDGER=str(ledger), PAIEXP_LAUNCHER_HOST=host),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+    try:
+
+        def complete() -> int:
+            try:
+                study = study_of(url)
+            except KeyError:  # not created yet
+                return 0
+            return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+
+        wait_until(lambda: complete() >= 2, 120, "two trials to complete")
+        database.stop()
+        down_at = time.time()
+        time.sleep(OUTAGE)
+        back_at = time.time()
+        database.run()
+        for host, launcher in launchers.items():
+            code = launcher.wait(timeout=180)
+            assert code == 0, (root / f"{host}.log").read_text()
+    finally:
+        for launcher in launchers.values():
+            if launcher.poll() is None:
+                launcher.kill()
+                launcher.wait()
+
+    for host in HOSTS:
+        output = (root / f"{host}.log").read_text()
+        assert "study storage at postgresql://" in output, output
+        assert "is not answering" in output and "is back after" in output, output
+        # no launcher could heartbeat in the outage: neither takes the other for gone
+        assert "its launcher" not in output and "took it over" not in output, output
+    trials = study_of(url).get_trials(deepcopy=False)
+    assert [t.state.name for t in trials] == ["COMPLETE"] * N_TRIALS
+    assert all(t.value == pytest.approx(t.params["x"] ** 2) for t in trials)
+    executions = Counter(float(json.loads(line)["x"]) for line in ledger.read_text().splitlines())
+    assert executions == Counter(t.params["x"] for t in trials), "a job ran twice, or never"
+    # the jobs that ended while the database was down: their trials were told after it
+    ended = {t.number: job_ended_at(root, t.user_attrs["paiexp:job_name"]) for t in trials}
+    in_outage = [t for t in trials if down_at < ended[t.number] < back_at]
+    assert in_outage, f"no job ended in the outage ({down_at}, {back_at}): {ended}"
+    assert all(t.datetime_complete.timestamp() > back_at for t in in_outage), in_outage
+    runs = children_by_trial(root)
+    assert sorted(runs) == sorted(str(t.number) for t in trials)
+    assert {run.info.status for run in runs.values()} == {"FINISHED"}
+
+
+def test_a_database_server_that_is_not_there_is_one_line_naming_sweep_storage(
+    tmp_path: Path,
+) -> None:
+    url = f"postgresql://paiexp@127.0.0.1:{free_port()}/study"
+    root = synthetic_project(tmp_path, {**SWEEP, "storage": url})
+    done = run_paiexp(root, "+sweep=syn", timeout=60)
+    line = assert_one_line_error(done)
+    assert line.startswith("paiexp: error: sweep.storage: no database server answers at"), line
+    assert "Connection refused" in line, line
+    assert_nothing_started(root)

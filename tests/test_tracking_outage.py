@@ -1,0 +1,162 @@
+"""The MLflow tracking server goes away for 30 s in the middle of a sweep, and comes back.
+
+The sweep's trials keep running and finishing meanwhile; the tracking process waits for the
+server with its calls queued in order, then writes them: every trial ends with one FINISHED
+run holding all its metric points once, and one logged model.  The server is the real
+``mlflow server`` of tests/servers.py (PostgreSQL behind it), stopped and started again on
+its port.  An outage longer than ``tracker.outage_timeout`` stops the sweep submitting; the
+next launch writes the runs that are missing.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import clean_env, wait_until
+from servers import MlflowServer
+from sweep_helpers import load_study, synthetic_project
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
+
+OUTAGE = 30.0
+N_TRIALS = 10
+STEPS = 4
+SWEEP = {
+    "params": {"x": "interval(-3, 3)", "duration": 8.0, "steps": STEPS, "model": "true"},
+    "n_trials": N_TRIALS,
+    "parallelism": 2,
+    "sampler": {"name": "random", "seed": 3},
+}
+
+
+def launch(root: Path, uri: str, experiment: str, *overrides: str) -> subprocess.Popen[bytes]:
+    """The sweep's launcher, its output in launcher.log (appended)."""
+    with open(root / "launcher.log", "a") as log:
+        return subprocess.Popen(
+            [
+                *(sys.executable, "-m", "paiexp", "+sweep=syn"),
+                *(f"tracker.uri={uri}", f"tracker.experiment={experiment}", *overrides),
+            ],
+            cwd=root,
+            env=clean_env(LEDGER=str(root / "ledger.txt")),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def a_run_finished(client: Any, experiment: str) -> bool:
+    _, children = trial_runs(client, experiment)
+    return any(c.info.status == "FINISHED" for c in children)
+
+
+def assert_one_finished_run_per_trial(client: Any, experiment: str, root: Path) -> None:
+    """Every trial COMPLETE, its job run once; one parent run, and per trial one FINISHED
+    run holding each metric point once and one logged model."""
+    trials = load_study(root).get_trials(deepcopy=False)
+    assert [t.state.name for t in trials] == ["COMPLETE"] * N_TRIALS
+    ledger = (root / "ledger.txt").read_text().splitlines()
+    executions = Counter(float(json.loads(line)["x"]) for line in ledger)
+    assert executions == Counter(t.params["x"] for t in trials), "a job ran twice, or never"
+
+    parents, children = trial_runs(client, experiment)
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED", parents
+    numbers = sorted(int(c.data.tags["paiexp.trial_number"]) for c in children)
+    assert numbers == list(range(N_TRIALS)), "a trial has no run, or two"
+    experiment_id = parents[0].info.experiment_id
+    models = client.search_logged_models([experiment_id], max_results=1000)
+    for child in children:
+        run_id = child.info.run_id
+        assert child.info.status == "FINISHED", child.data.tags.get("paiexp.failure_reason")
+        assert len(client.get_metric_history(run_id, "loss")) == STEPS, "a point twice"
+        assert len(client.get_metric_history(run_id, "score")) == 1, "a point twice"
+        made = [m for m in models if m.source_run_id == run_id]
+        assert [m.status.name for m in made] == ["READY"], "a model twice, or none"
+        outputs = client.get_run(run_id).outputs
+        assert [o.model_id for o in outputs.model_outputs] == [made[0].model_id]
+    assert len(models) == N_TRIALS
+
+
+def trial_runs(client: Any, experiment: str) -> tuple[list[Any], list[Any]]:
+    """(parent runs, child runs) of ``experiment`` on the server."""
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return [], []
+    runs = client.search_runs([found.experiment_id], max_results=1000)
+    parents = [r for r in runs if r.data.tags.get("paiexp.kind") == "sweep"]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    return parents, children
+
+
+def complete_trials(root: Path) -> int:
+    from optuna.trial import TrialState
+
+    return len(load_study(root).get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+
+
+def test_a_tracking_server_down_30_s_mid_sweep_loses_and_duplicates_nothing(
+    tmp_path: Path, tracking_server: MlflowServer
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    root = synthetic_project(tmp_path, SWEEP)
+    client = MlflowClient(tracking_uri=tracking_server.uri)
+    launcher = launch(root, tracking_server.uri, "outage")
+    try:
+        wait_until(lambda: a_run_finished(client, "outage"), 120, "a trial's run to finish")
+        tracking_server.stop()
+        try:
+            complete_before = complete_trials(root)
+            time.sleep(OUTAGE)
+            complete_during = complete_trials(root) - complete_before
+        finally:
+            tracking_server.start()
+        assert launcher.poll() is None, "the sweep ended while the server was down"
+        assert launcher.wait(timeout=240) == 0, (root / "launcher.log").read_text()
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+
+    output = (root / "launcher.log").read_text()
+    assert complete_during >= 2, "trials stopped finishing while the server was down"
+    assert "is not answering" in output and "is back after" in output, output
+    assert "MLflow calls failed" not in output, output
+    assert_one_finished_run_per_trial(client, "outage", root)
+
+
+def test_past_tracker_outage_timeout_it_stops_submitting_and_the_next_launch_writes_the_rest(
+    tmp_path: Path, tracking_server: MlflowServer
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    root = synthetic_project(tmp_path, SWEEP)
+    client = MlflowClient(tracking_uri=tracking_server.uri)
+    launcher = launch(root, tracking_server.uri, "gave-up", "tracker.outage_timeout=3")
+    try:
+        wait_until(lambda: a_run_finished(client, "gave-up"), 120, "a trial's run to finish")
+        tracking_server.stop()
+        try:
+            code = launcher.wait(timeout=120)
+        finally:
+            tracking_server.start()
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+    output = (root / "launcher.log").read_text()
+    assert code == 1, output
+    assert "stopped submitting: MLflow tracking failed" in output, output
+    assert "tracker.outage_timeout: the MLflow tracking server at" in output, output
+    ran = load_study(root).get_trials(deepcopy=False)
+    assert 0 < len(ran) < N_TRIALS and {t.state.name for t in ran} == {"COMPLETE"}
+
+    again = launch(root, tracking_server.uri, "gave-up")
+    assert again.wait(timeout=240) == 0, (root / "launcher.log").read_text()
+    assert_one_finished_run_per_trial(client, "gave-up", root)
