@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 import resource
 import shutil
 import tempfile
@@ -24,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from scale import make_project
+from scale import prepare_here, workload_options
 
 SPENT: dict[str, float] = defaultdict(float)
 CALLS: dict[str, int] = defaultdict(int)
@@ -104,25 +103,15 @@ LABELS: list[str] = []
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=200)
-    parser.add_argument("--parallelism", type=int, default=32)
-    parser.add_argument("--min-duration", type=float, default=5.0)
-    parser.add_argument("--max-duration", type=float, default=20.0)
+    workload_options(parser, trials=200, parallelism=32, min_duration=5, max_duration=20)
     parser.add_argument("--sampler", default="random")
-    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    from paiexp.compose import compose, locate_project, to_object
-    from paiexp.sweep.launcher import Launcher, prepare_sweep
+    from paiexp.sweep.launcher import Launcher
     from paiexp.sweep.progress import Progress
 
     root = Path(tempfile.mkdtemp(prefix="paiexp-cpu-"))
-    make_project(root, args, args.sampler)
-    os.chdir(root)
-    os.environ.pop("MLFLOW_TRACKING_URI", None)
-    project = locate_project(str(root / "conf"))
-    cfg = compose(project, ["+sweep=scale"])
-    prepared = prepare_sweep(cfg, to_object(cfg), project.base_dir, ("+sweep=scale",))
+    prepared = prepare_here(root, args, args.sampler)
     instrument()
 
     before = resource.getrusage(resource.RUSAGE_SELF)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import os
 import pstats
 import resource
 import shutil
@@ -21,33 +20,23 @@ import tempfile
 import time
 from pathlib import Path
 
-from scale import make_project
+from scale import prepare_here, workload_options
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=300)
-    parser.add_argument("--parallelism", type=int, default=64)
-    parser.add_argument("--min-duration", type=float, default=1.0)
-    parser.add_argument("--max-duration", type=float, default=3.0)
+    workload_options(parser, trials=300, parallelism=64, min_duration=1, max_duration=3)
     parser.add_argument("--sampler", default="random")
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--top", type=int, default=45)
     parser.add_argument("--out", default="launcher.prof")
     args = parser.parse_args()
     out = Path(args.out).resolve()
 
-    from paiexp.compose import compose, locate_project, to_object
-    from paiexp.sweep.launcher import Launcher, prepare_sweep
+    from paiexp.sweep.launcher import Launcher
     from paiexp.sweep.progress import Progress
 
     root = Path(tempfile.mkdtemp(prefix="paiexp-profile-"))
-    make_project(root, args, args.sampler)
-    os.chdir(root)
-    os.environ.pop("MLFLOW_TRACKING_URI", None)
-    project = locate_project(str(root / "conf"))
-    cfg = compose(project, ["+sweep=scale"])
-    prepared = prepare_sweep(cfg, to_object(cfg), project.base_dir, ("+sweep=scale",))
+    prepared = prepare_here(root, args, args.sampler)
 
     profile = cProfile.Profile(time.thread_time)  # the main thread's CPU, not wall time
     before = resource.getrusage(resource.RUSAGE_SELF)

@@ -38,9 +38,12 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench_project import write_project
+
+if TYPE_CHECKING:
+    from paiexp.sweep.launcher import PreparedSweep
 
 REPO = Path(__file__).resolve().parents[1]
 GOALS = {"utilization": 0.90, "cpu_ms": 5.0, "rss_mb": 400.0, "tpe_cost": 0.03}
@@ -68,6 +71,36 @@ def make_project(root: Path, args: argparse.Namespace, sampler: str) -> None:
         "sampler": {"name": sampler, "seed": args.seed},
     }
     write_project(root, job, "scale", sweep)
+
+
+def workload_options(
+    parser: argparse.ArgumentParser,
+    *,
+    trials: int,
+    parallelism: int,
+    min_duration: float,
+    max_duration: float,
+) -> None:
+    """The options of the sweep this benchmark runs, for every benchmark that runs it."""
+    parser.add_argument("--trials", type=int, default=trials)
+    parser.add_argument("--parallelism", type=int, default=parallelism)
+    parser.add_argument("--min-duration", type=float, default=min_duration)
+    parser.add_argument("--max-duration", type=float, default=max_duration)
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def prepare_here(root: Path, args: argparse.Namespace, sampler: str) -> PreparedSweep:
+    """The sweep's project made in ``root``, made the working directory, and the sweep
+    prepared as ``python -m paiexp +sweep=scale`` would (tracked in ``./mlflow.db``)."""
+    from paiexp.compose import compose, locate_project, to_object
+    from paiexp.sweep.launcher import prepare_sweep
+
+    make_project(root, args, sampler)
+    os.chdir(root)
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    project = locate_project(str(root / "conf"))
+    cfg = compose(project, ["+sweep=scale"])
+    return prepare_sweep(cfg, to_object(cfg), project.base_dir, ("+sweep=scale",))
 
 
 def sleep_of(x: float, lo: float, hi: float) -> float:
@@ -159,18 +192,12 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     """One sweep in this process (``--child``); its figures."""
     import optuna
 
-    from paiexp.compose import compose, locate_project, to_object
-    from paiexp.sweep.launcher import Launcher, prepare_sweep
+    from paiexp.sweep.launcher import Launcher
     from paiexp.sweep.progress import Progress
     from paiexp.sweep.scheduler import Scheduler
 
     root = Path(args.workdir)
-    make_project(root, args, args.child)
-    os.chdir(root)
-    os.environ.pop("MLFLOW_TRACKING_URI", None)
-    project = locate_project(str(root / "conf"))
-    cfg = compose(project, ["+sweep=scale"])
-    prepared = prepare_sweep(cfg, to_object(cfg), project.base_dir, ("+sweep=scale",))
+    prepared = prepare_here(root, args, args.child)
 
     marks: dict[str, float] = {}
     asks: list[float] = []
@@ -263,12 +290,8 @@ def goal(met: bool, text: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=2000)
-    parser.add_argument("--parallelism", type=int, default=128)
-    parser.add_argument("--min-duration", type=float, default=5.0)
-    parser.add_argument("--max-duration", type=float, default=20.0)
+    workload_options(parser, trials=2000, parallelism=128, min_duration=5, max_duration=20)
     parser.add_argument("--samplers", nargs="+", default=["random", "tpe"])
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--child", help=argparse.SUPPRESS)  # run one sampler's sweep here
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args = parser.parse_args()
