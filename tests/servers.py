@@ -19,6 +19,7 @@ import sys
 import tempfile
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -189,10 +190,10 @@ class MlflowServer:
             self.process.wait()
 
 
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[Postgres]:
-    """A PostgreSQL cluster for the session (each test makes its own databases)."""
-    # not under pytest's temporary root: that is private to the user running the tests
+@contextmanager
+def running_postgres() -> Iterator[Postgres]:
+    """A PostgreSQL cluster of its own, stopped and removed afterwards; not under pytest's
+    temporary root, which is private to the user running the tests."""
     server = Postgres(Path(tempfile.mkdtemp(prefix="paiexp-pg-")))
     try:
         server.start()
@@ -200,6 +201,13 @@ def postgres() -> Iterator[Postgres]:
     finally:
         server.stop()
         shutil.rmtree(server.root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Postgres]:
+    """A PostgreSQL cluster for the session (each test makes its own databases)."""
+    with running_postgres() as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

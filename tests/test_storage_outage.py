@@ -10,10 +10,8 @@ gone because of it.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -28,7 +26,7 @@ from conftest import (
     run_paiexp,
     wait_until,
 )
-from servers import Postgres, free_port
+from servers import Postgres, free_port, running_postgres
 from sweep_helpers import children_by_trial, synthetic_project
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -48,15 +46,9 @@ SWEEP = {
 
 @pytest.fixture
 def database() -> Iterator[Postgres]:
-    """A cluster of this test alone (stopping it disturbs no other test), outside pytest's
-    temporary root (private to the user running the tests, not PostgreSQL's)."""
-    server = Postgres(Path(tempfile.mkdtemp(prefix="paiexp-pg-")))
-    try:
-        server.start()
+    """A cluster of this test alone: stopping it disturbs no other test."""
+    with running_postgres() as server:
         yield server
-    finally:
-        server.stop()
-        shutil.rmtree(server.root, ignore_errors=True)
 
 
 def job_ended_at(root: Path, job_name: str) -> float:
