@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -120,13 +119,14 @@ def transient_tracking_error(exc: BaseException) -> bool:
 
 
 def _unreachable(exc: Exception) -> str:
-    """Why a request got no answer, in a few words."""
+    """Why the start-up check got no answer, in a few words."""
     import requests
+
+    from paiexp.outage import describe
 
     if isinstance(exc, requests.Timeout):
         return f"no answer within {SERVER_CHECK_SECONDS:g} s"
-    errno = re.search(r"\[Errno -?\d+\] ([^'\")]+)", str(exc))
-    return errno.group(1).strip() if errno else type(exc).__name__
+    return describe(exc)
 
 
 class MlflowTracker:
