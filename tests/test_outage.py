@@ -100,3 +100,23 @@ def test_a_rejection_is_raised_at_once_and_a_long_outage_names_its_key() -> None
     with pytest.raises(OutageTooLong, match=r"^test\.outage_timeout: the test service has not"):
         rider.call(failing(10_000, ConnectionResetError("reset")))
     assert rider.down_since is None  # the next outage is counted from its own start
+
+
+def test_a_study_database_is_tried_again_at_least_every_heartbeat_interval() -> None:
+    """Once the database is back, each launcher heartbeats within an interval: long before a
+    launcher sharing the study takes it for gone (a grace period of silence)."""
+    import sqlalchemy as sa
+
+    from paiexp.sweep.ownership import heartbeat_interval
+    from paiexp.sweep.study import storage_outage
+
+    url = f"postgresql://paiexp@127.0.0.1:{free_port()}/study"
+    refused = error_of(lambda: sa.create_engine(url).connect())
+    grace = 4.0
+    waits: dict[float, list[float]] = {}
+    for longest in (heartbeat_interval(grace), 10.0):
+        rider = storage_outage(url, 300, lambda text: None, longest_wait=longest)
+        rider.sleep = waits.setdefault(longest, []).append
+        assert rider.call(failing(40, refused)) == 41  # type: ignore[arg-type]
+    assert max(waits[heartbeat_interval(grace)]) <= grace / 4
+    assert max(waits[10.0]) > grace / 4, "the wait is not capped by the default backoff alone"
