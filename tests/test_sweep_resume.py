@@ -23,7 +23,7 @@ def test_sigkilled_launcher_resumes_exactly(tmp_path: Path) -> None:
     root = synthetic_project(
         tmp_path,
         {
-            "params": {"x": "interval(-1, 1)", "duration": "interval(0.5, 3.0)", "steps": 4},
+            "params": {"x": "interval(-1, 1)", "duration": "interval(2.0, 4.0)", "steps": 4},
             "n_trials": 12,
             "parallelism": 2,
         },
@@ -31,6 +31,8 @@ def test_sigkilled_launcher_resumes_exactly(tmp_path: Path) -> None:
     env = clean_env(LEDGER=str(ledger))
     rng = random.Random(SEED)
     kills = 0
+    # 12 jobs of >= 2 s, 2 at a time, take >= 12 s: three launches of <= 4 s each cannot
+    # finish the sweep on however fast a machine, so at least three are killed
     for _ in range(6):
         launcher = subprocess.Popen(
             [sys.executable, "-m", "paiexp", "+sweep=syn"],
@@ -40,7 +42,7 @@ def test_sigkilled_launcher_resumes_exactly(tmp_path: Path) -> None:
             stderr=subprocess.DEVNULL,
         )
         try:
-            launcher.wait(timeout=rng.uniform(1.0, 6.0))
+            launcher.wait(timeout=rng.uniform(1.0, 4.0))
             break  # it finished before this kill
         except subprocess.TimeoutExpired:
             launcher.send_signal(signal.SIGKILL)
