@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import threading
 import time
@@ -15,7 +16,9 @@ from mlflow.tracking import MlflowClient
 from paiexp.record import make_record
 from paiexp.spec import JobSpec
 from paiexp.sweep import tracking_worker
-from paiexp.sweep.opening import PARENT_RUN_ATTR
+from paiexp.sweep.opening import LEADER_ATTR, PARENT_RUN_ATTR
+from paiexp.sweep.ownership import study_storage
+from paiexp.sweep.records import HEARTBEAT
 from paiexp.sweep.study import create_storage
 from paiexp.sweep.tracking import SweepTracker
 from paiexp.sweep.tracking_messages import (
@@ -187,6 +190,39 @@ def test_a_follower_whose_leader_never_made_the_parent_run_makes_it(
     follower.apply(open_parent("sweep-1", None, leader=False))
     assert follower.tracker.find_sweep_run("sweep-1") == follower.parent_run_id
     assert follower.study.user_attrs[PARENT_RUN_ATTR] == follower.parent_run_id
+
+
+def test_a_follower_makes_the_parent_run_once_its_leader_falls_silent(tmp_path: Path) -> None:
+    """A leader killed before its parent run: the follower waits while the leader heartbeats,
+    and makes the run once it has been silent for the grace period (not after 120 s)."""
+    setup = dataclasses.replace(setup_in(tmp_path), heartbeat_grace=2.0)
+    study = optuna.load_study(study_name="syn", storage=create_storage(setup.storage))
+    leader = "host-x:4242:None:abcd"  # another host's launcher: only its heartbeat tells
+    study.set_user_attr(LEADER_ATTR, leader)
+    storage, study_id = study_storage(study)
+    silent = threading.Event()
+
+    def heartbeat() -> None:
+        while not silent.wait(0.1):
+            storage.set_study_system_attr(study_id, HEARTBEAT + leader, time.time())
+
+    beating = threading.Thread(target=heartbeat)
+    beating.start()
+    follower = TrackingWorker(setup)
+    waiting = threading.Thread(
+        target=follower.apply, args=(open_parent("sweep-1", None, leader=False),)
+    )
+    waiting.start()
+    time.sleep(4.0)
+    assert waiting.is_alive(), "the follower made the run while its leader heartbeat"
+    silent.set()
+    fell_silent = time.monotonic()
+    beating.join()
+    waiting.join(timeout=60)
+    assert not waiting.is_alive()
+    assert time.monotonic() - fell_silent < tracking_worker.PARENT_WAIT_SECONDS / 4
+    assert follower.tracker.find_sweep_run("sweep-1") == follower.parent_run_id != ""
+    assert study.user_attrs[PARENT_RUN_ATTR] == follower.parent_run_id
 
 
 def test_a_call_failing_before_the_parent_run_exists_is_fatal(tmp_path: Path) -> None:

@@ -203,6 +203,7 @@ def tracking_setup(prepared: PreparedSweep) -> TrackingSetup:
         objective=prepared.objectives[0].metric,
         outage_timeout=config.tracker.outage_timeout,
         storage_outage_timeout=prepared.sweep.storage_outage_timeout,
+        heartbeat_grace=prepared.sweep.heartbeat_grace,
     )
 
 

@@ -157,8 +157,13 @@ class Lease:
 
     def heartbeats(self) -> dict[str, Any]:
         """Every launcher's last heartbeat in this study, by owner."""
-        attrs = self.storage.get_study_system_attrs(self.study_id)
-        return {k[len(HEARTBEAT) :]: v for k, v in attrs.items() if k.startswith(HEARTBEAT)}
+        return heartbeats(self.storage, self.study_id)
+
+
+def heartbeats(storage: BaseStorage, study_id: int) -> dict[str, Any]:
+    """Every launcher's last heartbeat in a study, by owner."""
+    attrs = storage.get_study_system_attrs(study_id)
+    return {k[len(HEARTBEAT) :]: v for k, v in attrs.items() if k.startswith(HEARTBEAT)}
 
 
 class Watch:

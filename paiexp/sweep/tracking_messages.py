@@ -34,6 +34,7 @@ class TrackingSetup:
     objective: str | None = None  # the metric of its (first) objective
     outage_timeout: float = 600.0  # tracker.outage_timeout, in seconds
     storage_outage_timeout: float = 300.0  # sweep.storage_outage_timeout, in seconds
+    heartbeat_grace: float = 60.0  # sweep.heartbeat_grace, in seconds
 
 
 @dataclass(frozen=True)

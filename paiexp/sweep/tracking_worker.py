@@ -33,7 +33,7 @@ from paiexp.monitor import JobMonitor
 from paiexp.outage import Outage, OutageTooLong
 from paiexp.record import RunRecord, make_record
 from paiexp.redact import redact_url
-from paiexp.sweep.opening import PARENT_RUN_ATTR
+from paiexp.sweep.opening import LEADER_ATTR, PARENT_RUN_ATTR
 from paiexp.sweep.records import JOB_NAME
 from paiexp.sweep.study_artifacts import study_artifacts, warm_up
 from paiexp.sweep.tracking_messages import (
@@ -283,14 +283,24 @@ class TrackingWorker:
         self.parent_run_id = run_id
 
     def wait_for_parent(self, sweep_id: str) -> str | None:
-        """The leader's parent run, once it exists; None after :data:`PARENT_WAIT_SECONDS`
-        (the leader died before making it)."""
+        """The leader's parent run, once it exists; None when the leader is gone before
+        making it (as launchers find one another gone: silent for ``sweep.heartbeat_grace``,
+        or dead on this host), or after :data:`PARENT_WAIT_SECONDS`."""
+        from paiexp.sweep.ownership import Watch, heartbeats, launcher_identity, study_storage
+
+        watch = Watch(launcher_identity(), self.setup.heartbeat_grace)
         deadline = time.monotonic() + PARENT_WAIT_SECONDS
         while time.monotonic() < deadline:
             time.sleep(PARENT_POLL_SECONDS)
             run_id = self.tracker.find_sweep_run(sweep_id)
             if run_id is not None:
                 return run_id
+            leader = self.study.user_attrs.get(LEADER_ATTR)
+            if leader and watch.gone(leader, heartbeats(*study_storage(self.study))):
+                log.warning(
+                    "sweep %s: its leader %s is gone: creating its parent run", sweep_id, leader
+                )
+                return None
         log.warning(
             "no parent run of sweep %s after %g s: creating one", sweep_id, PARENT_WAIT_SECONDS
         )
