@@ -107,7 +107,7 @@ class LocalBackend(LocalResults):
         Launchers racing here (or one that died after starting a runner) may start a second
         runner: the runner itself makes sure only one ever runs the job (its lock and state).
         """
-        if (job_dir / "state.json").exists() or lock_held(job_dir / LOCK_FILE):
+        if (job_dir / STATE_FILE).exists() or lock_held(job_dir / LOCK_FILE):
             return
         self._start_runner(job_dir, self._environment(spec, job_dir))
 
@@ -297,7 +297,7 @@ class LocalBackend(LocalResults):
         if pid is not None:
             os.kill(pid, signal.SIGTERM)  # the runner stops the process group
             return
-        state = read_json(job_dir / "state.json") or {}
+        state = read_json(job_dir / STATE_FILE) or {}
         if state.get("pgid") and not JobState(state["state"]).terminal:
             kill_group(state["pgid"], signal.SIGKILL)
 

@@ -202,7 +202,6 @@ def create_claims(storage: BaseStorage, study_id: int, location: str) -> Claims:
     url = sa.engine.make_url(location)
     if url.get_backend_name() == "sqlite":  # no row locks: a lock file beside the database
         return FileClaims(storage, str(url.database))
-    from paiexp.sweep.patient_storage import PatientStorage
+    from paiexp.sweep.patient_storage import outage_of
 
-    outage = storage.outage if isinstance(storage, PatientStorage) else None
-    return RdbClaims(storage, study_id, location, outage)
+    return RdbClaims(storage, study_id, location, outage_of(storage))

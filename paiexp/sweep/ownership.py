@@ -151,9 +151,10 @@ class Lease:
 
     def outages(self) -> int:
         """How many outages of the study's database server this launcher waited through."""
-        from paiexp.sweep.patient_storage import PatientStorage
+        from paiexp.sweep.patient_storage import outage_of
 
-        return self.storage.outage.ended if isinstance(self.storage, PatientStorage) else 0
+        outage = outage_of(self.storage)
+        return 0 if outage is None else outage.ended
 
     def heartbeats(self) -> dict[str, Any]:
         """Every launcher's last heartbeat in this study, by owner."""

@@ -55,6 +55,11 @@ class PatientStorage(BaseStorage):
         return trial.state == state and (values is None or trial.values == list(values))
 
 
+def outage_of(storage: BaseStorage) -> Outage | None:
+    """The outage a study storage rides out, if it is patient."""
+    return storage.outage if isinstance(storage, PatientStorage) else None
+
+
 def _patient(name: str) -> Callable[..., Any]:
     def method(self: PatientStorage, *args: Any, **kwargs: Any) -> Any:
         call = getattr(self.storage, name)

@@ -153,20 +153,27 @@ def create_storage(location: str, outage: Outage | None = None) -> Any:
 
 
 def storage_outage(
-    location: str, limit: float, notify: Callable[[str], None], *, longest_wait: float
+    location: str,
+    limit: float,
+    notify: Callable[[str], None],
+    *,
+    longest_wait: float | None = None,
 ) -> Outage:
     """How the outages of the study's database server are ridden out: tried again at least
-    every ``longest_wait`` seconds, so that a launcher is back at work (and heartbeating)
-    that soon after the server is."""
+    every ``longest_wait`` seconds (a launcher's heartbeat interval, so that it is back at
+    work, heartbeating, that soon after the server is), else at the backoff's own pace."""
     from paiexp.outage import OUTAGE_BACKOFF, Outage, transient_database_error
 
+    backoff = OUTAGE_BACKOFF
+    if longest_wait is not None:
+        backoff = replace(backoff, max_delay=min(backoff.max_delay, longest_wait))
     return Outage(
         service=f"study storage at {redact_url(location)}",
         key="sweep.storage_outage_timeout",
         limit=limit,
         transient=transient_database_error,
         notify=notify,
-        backoff=replace(OUTAGE_BACKOFF, max_delay=min(OUTAGE_BACKOFF.max_delay, longest_wait)),
+        backoff=backoff,
     )
 
 

@@ -212,18 +212,12 @@ class TrackingWorker:
         if self._study is None:
             import optuna
 
-            from paiexp.outage import OUTAGE_BACKOFF
             from paiexp.sweep.study import create_storage, storage_outage
 
             optuna.logging.set_verbosity(optuna.logging.WARNING)
             setup = self.setup
             # its outages are waited through quietly: the launcher tells the user of them
-            outage = storage_outage(
-                setup.storage,
-                setup.storage_outage_timeout,
-                log.debug,
-                longest_wait=OUTAGE_BACKOFF.max_delay,
-            )
+            outage = storage_outage(setup.storage, setup.storage_outage_timeout, log.debug)
             self._study = optuna.load_study(
                 study_name=setup.study_name, storage=create_storage(setup.storage, outage)
             )
