@@ -4,7 +4,8 @@ A PostgreSQL cluster of this test's own (tests/servers.py) holds the study, stop
 started again on its port while two launchers (two hosts) run a sweep.  Each waits in the
 call that found it gone; the jobs in flight finish meanwhile, and their trials are told once
 it is back.  The outage outlasts the heartbeat grace: neither launcher takes the other for
-gone because of it.
+gone because of it.  An outage past ``sweep.storage_outage_timeout`` ends the launcher with
+exit code 1; the same command, once the database is back, follows the jobs it left.
 """
 
 from __future__ import annotations
@@ -122,6 +123,49 @@ def test_trials_that_end_while_the_database_is_down_are_told_when_it_is_back(
     in_outage = [t for t in trials if down_at < ended[t.number] < back_at]
     assert in_outage, f"no job ended in the outage ({down_at}, {back_at}): {ended}"
     assert all(t.datetime_complete.timestamp() > back_at for t in in_outage), in_outage
+    runs = children_by_trial(root)
+    assert sorted(runs) == sorted(str(t.number) for t in trials)
+    assert {run.info.status for run in runs.values()} == {"FINISHED"}
+
+
+def test_past_storage_outage_timeout_it_exits_1_and_the_same_command_follows_the_jobs(
+    tmp_path: Path, database: Postgres
+) -> None:
+    url = database.database("timeout")
+    sweep = {**SWEEP, "n_trials": 4, "storage": url, "storage_outage_timeout": 3}
+    root = synthetic_project(tmp_path / "project", sweep)
+    ledger = root / "ledger.txt"
+    env = clean_env(LEDGER=str(ledger))
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "paiexp", "+sweep=syn"],
+        cwd=root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(lambda: ledger.exists(), 120, "a job to start")
+        database.stop()
+        stdout, stderr = launcher.communicate(timeout=120)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+    assert launcher.returncode == 1, stdout + stderr
+    assert "Traceback" not in stderr, stderr
+    error = stderr.splitlines()[-1]
+    expected = "paiexp: error: sweep.storage_outage_timeout: the study storage at"
+    assert error.startswith(expected), error
+    assert error.endswith("the jobs in flight run on, and the same command run again follows them")
+
+    database.run()
+    done = run_paiexp(root, "+sweep=syn", env=env)
+    assert done.returncode == 0, done.stderr
+    trials = study_of(url).get_trials(deepcopy=False)
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 4
+    executions = Counter(float(json.loads(line)["x"]) for line in ledger.read_text().splitlines())
+    assert executions == Counter(t.params["x"] for t in trials), "a job ran twice, or never"
     runs = children_by_trial(root)
     assert sorted(runs) == sorted(str(t.number) for t in trials)
     assert {run.info.status for run in runs.values()} == {"FINISHED"}
