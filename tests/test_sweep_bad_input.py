@@ -153,6 +153,14 @@ CASES = {
         mentions=("sweep.on_interrupt", "'maybe'", "stop", "detach"),
     ),
     "timeout-zero": case("+sweep=xgb", "sweep.timeout=0", mentions=("sweep.timeout", "> 0")),
+    "storage-outage-timeout": case(
+        "+sweep=xgb",
+        "sweep.storage_outage_timeout=0",
+        mentions=("sweep.storage_outage_timeout", "> 0", "0"),
+    ),
+    "tracker-outage-timeout": case(
+        "+sweep=xgb", "tracker.outage_timeout=-5", mentions=("tracker.outage_timeout", "> 0", "-5")
+    ),
     # the search space
     "empty-range": case(
         "+sweep=xgb",
