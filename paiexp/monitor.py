@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,10 +51,10 @@ class JobMonitor:
         spec: JobSpec,
         log_path: Path,
         echo: Callable[[str], None] | None = None,
-        logged: Mapping[str, int] | None = None,
+        logged: Mapping[str, Collection[int]] | None = None,
     ) -> None:
-        """``logged``: how many steps of each metric its run holds already (a re-attached
-        job's log is read from its start again; those steps are not logged twice)."""
+        """``logged``: the steps of each metric its run holds already (a re-attached job's
+        log is read from its start again; those steps are not logged twice)."""
         self.backend = backend
         self.logged = dict(logged or {})
         self.handle = handle
@@ -81,7 +81,7 @@ class JobMonitor:
             for line in chunk.lines:
                 self.echo(line)
         points = self.extractor.feed(chunk.lines)
-        self.unlogged.extend(p for p in points if p.step >= self.logged.get(p.name, 0))
+        self.unlogged.extend(p for p in points if p.step not in self.logged.get(p.name, ()))
         return points
 
     def take_unlogged(self) -> list[MetricPoint]:

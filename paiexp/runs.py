@@ -11,7 +11,7 @@ import json
 import secrets
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -106,12 +106,13 @@ def follow(
     base_dir: Path,
     *,
     echo: Echo | None = print,
-    logged: dict[str, int] | None = None,
+    logged: Mapping[str, Collection[int]] | None = None,
 ) -> JobResult:
     """Watch a submitted job until it ends, streaming metrics to its run, then close the run.
 
     A first Ctrl-C stops the job (the run ends KILLED); a second leaves it running, to be
-    picked up again with ``paiexp attach JOB_NAME``.
+    picked up again with ``paiexp attach JOB_NAME``.  ``logged``: the metric steps its run
+    holds already (a launcher that is gone followed it before), none of them logged again.
     """
     log_path = base_dir / ".paiexp" / "logs" / f"{spec.name}.log"
     monitor = JobMonitor(backend, handle, spec, log_path, echo=echo, logged=logged)
@@ -138,7 +139,7 @@ def follow(
             _say("stopping the job (Ctrl-C again to detach and leave it running)")
             backend.stop(handle)
     result = monitor.result(status)
-    tracker.finish(run_id, result, unlogged=monitor.take_unlogged())
+    tracker.finish(run_id, result, unlogged=monitor.take_unlogged(), resumed=logged is not None)
     return result
 
 

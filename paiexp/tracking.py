@@ -319,9 +319,14 @@ class MlflowTracker:
         points: Iterable[MetricPoint],
         *,
         tags: Mapping[str, str | None] | None = None,
+        resumed: bool = False,
     ) -> None:
-        """Metric points, and any ``tags`` with them, in one round trip."""
+        """Metric points, and any ``tags`` with them, in one round trip.  ``resumed``: the run
+        may hold some of the points already (an earlier try or launch wrote them): those are
+        left out."""
         metrics = _metrics(points)
+        if resumed:
+            metrics = self._unheld(run_id, metrics)
         items = _tags(tags or {})
         if metrics or items:
             self._client.log_batch(run_id, metrics=metrics, tags=items)
@@ -347,13 +352,16 @@ class MlflowTracker:
         reason: str | None = None,
         extra_tags: Mapping[str, str] | None = None,
         logged_at: float | None = None,
+        resumed: bool = False,
     ) -> None:
         """Log what a finished job left (metrics, outputs, log) and close the run.
 
         ``status`` and ``reason`` override what the job's own state implies (a sweep fails a
         trial whose job succeeded but never printed the objective).  ``logged_at`` (epoch
-        seconds, default now) stamps the platform's final metrics: a retry that passes the
-        same time re-logs the same points, which MLflow keeps once.
+        seconds, default now) stamps the platform's final metrics.  ``resumed``: an earlier
+        try, or a launcher that is gone, may have written part of this already; a metric
+        step the run holds is not logged again (MLflow would keep a second point at another
+        time), and everything else written here is safe to repeat.
         """
         from mlflow.entities import Metric
 
@@ -365,6 +373,8 @@ class MlflowTracker:
         for name, value in result.output_parameters.items():
             step = len(result.series.get(name, ()))
             metrics.append(Metric(name, value, now, step))
+        if resumed:
+            metrics = self._unheld(run_id, metrics)
         tags: dict[str, str | None] = {
             "paiexp.status": result.status.state.value,
             "paiexp.model_uri": result.outputs.get("model"),
@@ -461,13 +471,17 @@ class MlflowTracker:
         )
         return {run.data.tags.get(JOB_NAME_TAG, ""): _tracked(run) for run in found}
 
-    def logged_steps(self, run_id: str, names: Iterable[str]) -> dict[str, int]:
-        """How many steps of each metric a run holds (its highest step + 1)."""
-        steps = {}
-        for name in names:
-            history = self._client.get_metric_history(run_id, name)
-            steps[name] = max((m.step for m in history), default=-1) + 1
-        return steps
+    def logged_steps(self, run_id: str, names: Iterable[str]) -> dict[str, set[int]]:
+        """The steps of each metric a run holds."""
+        return {
+            name: {m.step for m in self._client.get_metric_history(run_id, name)}
+            for name in names
+        }
+
+    def _unheld(self, run_id: str, metrics: list[Any]) -> list[Any]:
+        """The MLflow metrics of ``metrics`` whose step the run does not hold yet."""
+        held = self.logged_steps(run_id, {m.key for m in metrics})
+        return [m for m in metrics if m.step not in held[m.key]]
 
     def get_run(self, run_id: str) -> TrackedRun | None:
         """The run with this id; None when MLflow has none."""

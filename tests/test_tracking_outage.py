@@ -5,7 +5,8 @@ server with its calls queued in order, then writes them: every trial ends with o
 run holding all its metric points once, and one logged model.  The server is the real
 ``mlflow server`` of tests/servers.py (PostgreSQL behind it), stopped and started again on
 its port.  An outage longer than ``tracker.outage_timeout`` stops the sweep submitting; the
-next launch writes the runs that are missing.
+next launch writes the runs that are missing, each point once, whatever part of them the
+server had taken before it went away (a proxy stops answering at that exact call).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pytest
 from conftest import clean_env, wait_until
 from servers import MlflowServer
 from sweep_helpers import load_study, synthetic_project
+from tracking_proxy import Cut, trial_points, tracking_proxy
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -56,31 +58,38 @@ def a_run_finished(client: Any, experiment: str) -> bool:
     return any(c.info.status == "FINISHED" for c in children)
 
 
-def assert_one_finished_run_per_trial(client: Any, experiment: str, root: Path) -> None:
-    """Every trial COMPLETE, its job run once; one parent run, and per trial one FINISHED
-    run holding each metric point once and one logged model."""
+def assert_one_finished_run_per_trial(
+    client: Any, experiment: str, root: Path, n_trials: int = N_TRIALS
+) -> None:
+    """Every trial COMPLETE, its job run once; one parent run holding each step of its
+    metrics once, and per trial one FINISHED run holding each metric point once and one
+    logged model."""
     trials = load_study(root).get_trials(deepcopy=False)
-    assert [t.state.name for t in trials] == ["COMPLETE"] * N_TRIALS
+    assert [t.state.name for t in trials] == ["COMPLETE"] * n_trials
     ledger = (root / "ledger.txt").read_text().splitlines()
     executions = Counter(float(json.loads(line)["x"]) for line in ledger)
     assert executions == Counter(t.params["x"] for t in trials), "a job ran twice, or never"
 
     parents, children = trial_runs(client, experiment)
     assert len(parents) == 1 and parents[0].info.status == "FINISHED", parents
+    for name in parents[0].data.metrics:
+        steps = [m.step for m in client.get_metric_history(parents[0].info.run_id, name)]
+        assert len(steps) == len(set(steps)), f"the sweep's {name}: a step twice, {steps}"
     numbers = sorted(int(c.data.tags["paiexp.trial_number"]) for c in children)
-    assert numbers == list(range(N_TRIALS)), "a trial has no run, or two"
+    assert numbers == list(range(n_trials)), "a trial has no run, or two"
     experiment_id = parents[0].info.experiment_id
     models = client.search_logged_models([experiment_id], max_results=1000)
     for child in children:
         run_id = child.info.run_id
         assert child.info.status == "FINISHED", child.data.tags.get("paiexp.failure_reason")
-        assert len(client.get_metric_history(run_id, "loss")) == STEPS, "a point twice"
+        steps = [m.step for m in client.get_metric_history(run_id, "loss")]
+        assert sorted(steps) == list(range(STEPS)), f"each point once: {steps}"
         assert len(client.get_metric_history(run_id, "score")) == 1, "a point twice"
         made = [m for m in models if m.source_run_id == run_id]
         assert [m.status.name for m in made] == ["READY"], "a model twice, or none"
         outputs = client.get_run(run_id).outputs
         assert [o.model_id for o in outputs.model_outputs] == [made[0].model_id]
-    assert len(models) == N_TRIALS
+    assert len(models) == n_trials
 
 
 def trial_runs(client: Any, experiment: str) -> tuple[list[Any], list[Any]]:
@@ -160,3 +169,31 @@ def test_past_tracker_outage_timeout_it_stops_submitting_and_the_next_launch_wri
     again = launch(root, tracking_server.uri, "gave-up")
     assert again.wait(timeout=240) == 0, (root / "launcher.log").read_text()
     assert_one_finished_run_per_trial(client, "gave-up", root)
+
+
+@pytest.mark.parametrize("keep", [2, None], ids=["some-points-written", "all-points-written"])
+def test_a_relaunch_after_the_server_went_away_mid_write_logs_each_point_once(
+    tmp_path: Path, tracking_server: MlflowServer, keep: int | None
+) -> None:
+    """The server stops answering exactly as a trial's points reach it (``keep`` of them, or
+    all), the launcher gives up past its outage timeout, and the next launch completes the
+    trial's run: each point once, one model, the sweep's own series once a step."""
+    from mlflow.tracking import MlflowClient
+
+    n_trials = 3
+    sweep = {**SWEEP, "n_trials": n_trials, "parallelism": 1}
+    sweep["params"] = {**SWEEP["params"], "duration": 1.0}
+    root = synthetic_project(tmp_path, sweep)
+    experiment = f"cut-after-{keep or 'all'}"
+    with tracking_proxy(tracking_server.uri) as proxy:
+        proxy.cut_at(Cut(trial_points, keep=keep))
+        first = launch(root, proxy.uri, experiment, "tracker.outage_timeout=2")
+        first.wait(timeout=120)  # 1, or 0 when every trial had ended before it gave up
+        output = (root / "launcher.log").read_text()
+        assert proxy.down.is_set(), "the server never went away"
+        assert "the next launch of this sweep re-applies what is missing" in output, output
+        proxy.restore()
+        again = launch(root, proxy.uri, experiment)
+        assert again.wait(timeout=240) == 0, (root / "launcher.log").read_text()
+    client = MlflowClient(tracking_uri=tracking_server.uri)
+    assert_one_finished_run_per_trial(client, experiment, root, n_trials)

@@ -188,6 +188,7 @@ class TrackingWorker:
         self.fatal: str | None = None
         self.parent_run_id = ""
         self.runs: dict[str, str] = {}  # job name -> run id
+        self.inherited: set[str] = set()  # job names whose runs existed before this launcher's
         self.finished_children = 0
         self._best_job: str | None = None
         self.registered: str | None = None  # what sweep.register did
@@ -310,12 +311,14 @@ class TrackingWorker:
         points = [MetricPoint(name, value, call.step, at) for name, value in call.metrics.items()]
         parent = self.tracker.get_run(self.parent_run_id)
         tags = parent.tags if parent else {}
-        if call.step < int(tags.get(COMPLETE_TRIALS_TAG, -1)):
-            self.tracker.log_metrics(self.parent_run_id, points)
+        published = int(tags.get(COMPLETE_TRIALS_TAG, -1))
+        if call.step < published:  # that step may be there (another launcher's, or launch's)
+            self.tracker.log_metrics(self.parent_run_id, points, resumed=True)
             best_job = tags.get(BEST_JOB_TAG)
         else:
             view = {**call.tags, COMPLETE_TRIALS_TAG: str(call.step), BEST_JOB_TAG: call.best_job}
-            self.tracker.log_metrics(self.parent_run_id, points, tags=view)
+            resumed = call.step == published  # the same view, published before
+            self.tracker.log_metrics(self.parent_run_id, points, tags=view, resumed=resumed)
             best_job = call.best_job
         if best_job is None or best_job == self._best_job:
             return
@@ -389,6 +392,7 @@ class TrackingWorker:
         existing = self.tracker.child_run(self.parent_run_id, call.job_name) if maybe_made else None
         if existing is not None:
             run_id = existing.run_id
+            self.inherited.add(call.job_name)
         else:
             run_name = call.tags.get("mlflow.runName", call.job_name)
             resolve = maybe_made or call.shared
@@ -399,7 +403,8 @@ class TrackingWorker:
 
     def finish_child(self, call: FinishChild, *, at: float, retried: bool = False) -> None:
         """Log what a trial's job left and close its run; a retried call whose run got closed
-        (the last step) has nothing left to do."""
+        (the last step) has nothing left to do.  A retried call, or a run another launcher
+        had, may hold some of it already: that is not logged twice."""
         run_id = self.runs[call.job_name]
         run = self.tracker.get_run(run_id) if retried else None
         if run is None or run.status not in TERMINAL_RUN_STATUSES:
@@ -411,6 +416,7 @@ class TrackingWorker:
                 reason=call.reason,
                 extra_tags=call.tags,
                 logged_at=at,
+                resumed=retried or call.job_name in self.inherited,
             )
         self.finished_children += 1
 
@@ -451,6 +457,7 @@ class TrackingWorker:
                 reason=trial.reason,
                 extra_tags={"paiexp.trial_state": trial.state},
                 logged_at=at,
+                resumed=child is not None,
             )
 
     def create_child(
