@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from paiexp.confine import copy_tree, inside
 from paiexp.errors import UserError
 from paiexp.redact import redact_url
 from paiexp.tracking import CONFIG_ARTIFACT, tracking_uri
@@ -137,7 +138,7 @@ def download(uri: str, dest: Path, backend_config: Any) -> list[Path]:
     if not source.exists():
         raise UserError(f"the run's output {source} no longer exists")
     if source.is_file():
+        target = inside(dest, source.name, name=str(source))
         dest.mkdir(parents=True, exist_ok=True)
-        return [Path(shutil.copy2(source, dest / source.name))]
-    shutil.copytree(source, dest, dirs_exist_ok=True)
-    return sorted(p for p in dest.rglob("*") if p.is_file())
+        return [Path(shutil.copy2(source, target))]
+    return sorted(copy_tree(source, dest))

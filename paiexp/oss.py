@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from paiexp.confine import inside
 from paiexp.errors import UserError
 from paiexp.retry import RetryPolicy, call_with_retries
 from paiexp.source import iter_source_files, source_digest
@@ -193,14 +194,19 @@ class OssTransfer:
             bucket = self.bucket(uri.bucket)
             head = self._retry(f"head {uri}", lambda: bucket.head_object(uri.key))
             objects = {uri.key: str(head.etag)}
-            local = cache / uri.bucket / uri.key
+            local = inside(cache / uri.bucket, uri.key, name=str(uri))
         else:
             objects = self.etags(uri.as_dir())
             if not objects:
                 raise UserError(f"no object or prefix {uri} on OSS")
-            local = cache / uri.bucket / uri.as_dir().key
+            prefix = uri.as_dir().key.rstrip("/")
+            local = (
+                inside(cache / uri.bucket, prefix, name=str(uri)) if prefix else cache / uri.bucket
+            )
+        root = cache / uri.bucket
+        targets = {key: inside(root, key, name=f"oss://{uri.bucket}/{key}") for key in objects}
         for key, etag in objects.items():
-            target = cache / uri.bucket / key
+            target = targets[key]
             seen = cache / ".etags" / uri.bucket / hashlib.sha256(key.encode()).hexdigest()
             if not target.exists() or not seen.exists() or seen.read_text() != etag:
                 self.download(OssUri(uri.bucket, key), target.parent)
@@ -229,16 +235,22 @@ class OssTransfer:
         )
 
     def download(self, uri: OssUri, dest: Path) -> list[Path]:
-        """An object to ``dest/<name>``, or every object under a prefix to ``dest/<relative>``."""
+        """An object to ``dest/<name>``, or every object under a prefix to ``dest/<relative>``.
+
+        A key whose name under the prefix would land outside ``dest`` (``..``, ``//``, an
+        absolute part: all legal in OSS) is refused (:class:`~paiexp.confine.Escape`) before
+        any object is fetched."""
         if uri.key and not uri.key.endswith("/") and self.exists(uri):
             keys, prefix = [uri.key], uri.key[: uri.key.rfind("/") + 1]
         else:
             prefix = uri.as_dir().key
             keys = [k for k in self.list_keys(OssUri(uri.bucket, prefix)) if not k.endswith("/")]
+        targets = {
+            key: inside(dest, key[len(prefix) :], name=f"oss://{uri.bucket}/{key}") for key in keys
+        }
         bucket = self.bucket(uri.bucket)
         written = []
-        for key in keys:
-            target = dest / key[len(prefix) :]
+        for key, target in targets.items():
             target.parent.mkdir(parents=True, exist_ok=True)
             self._retry(
                 f"download oss://{uri.bucket}/{key}",

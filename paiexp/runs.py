@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import secrets
 import sys
 import time
@@ -152,6 +153,10 @@ def attach(
     """
     from paiexp.tracking import CONFIG_ARTIFACT, SPEC_ARTIFACT, TERMINAL_RUN_STATUSES
 
+    if not re.fullmatch(r"[\w-]+", job_name):  # it names a file, and is matched in a filter
+        raise UserError(
+            f"JOB_NAME: invalid value {job_name!r}; expected a job name (letters, digits, '-')"
+        )
     tracked = tracker.find_run(job_name)
     if tracked is None:
         raise UserError(f"no MLflow run in {tracker.uri} tracks a job named {job_name!r}")

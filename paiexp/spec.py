@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from paiexp import contract
+from paiexp.confine import one_segment
 from paiexp.errors import UserError
 from paiexp.metrics import MetricDefinition, definition_error
 from paiexp.redact import redact_environments
@@ -62,7 +63,12 @@ class JobSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> JobSpec:
+        """A spec stored as :meth:`to_dict` made it; its names, which become file names, are
+        checked (a stored run is outside data)."""
         values = dict(data)
+        one_segment(values["name"], what="job name")
+        for channel in (*values.get("inputs", {}), *values.get("outputs", {})):
+            one_segment(channel, what=f"job {values['name']}: channel")
         values["requirements"] = tuple(values.get("requirements", ()))
         values["metric_definitions"] = tuple(
             MetricDefinition(**item) for item in values.get("metric_definitions", ())

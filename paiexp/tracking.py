@@ -474,8 +474,7 @@ class MlflowTracker:
     def logged_steps(self, run_id: str, names: Iterable[str]) -> dict[str, set[int]]:
         """The steps of each metric a run holds."""
         return {
-            name: {m.step for m in self._client.get_metric_history(run_id, name)}
-            for name in names
+            name: {m.step for m in self._client.get_metric_history(run_id, name)} for name in names
         }
 
     def _unheld(self, run_id: str, metrics: list[Any]) -> list[Any]:

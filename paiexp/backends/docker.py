@@ -29,7 +29,6 @@ import hashlib
 import logging
 import math
 import os
-import shutil
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -48,6 +47,7 @@ from paiexp.backends.instance_types import Resources, format_size, resolve
 from paiexp.backends.jobdir import JobDirectories, LocalResults, read_log_file
 from paiexp.backends.threads import cpu_share, thread_environment
 from paiexp.cache import cache_root
+from paiexp.confine import persist_outputs
 from paiexp.errors import UserError
 from paiexp.exits import failure_reason
 from paiexp.jsonfiles import read_json, write_json_atomic
@@ -442,6 +442,10 @@ class DockerBackend(LocalResults):
         spec = self.jobs.load_spec(name)
         resources = Resources(**read_json(job_dir / "resources.json")["resources"])
         end, reason = _outcome(job_dir, state, resources)
+        layout = contract.JobLayout(job_dir / "ml")
+        unpersisted = persist_outputs(spec.outputs, lambda c: Path(layout.output_dir(c)))
+        if unpersisted and end is not JobState.STOPPED:
+            end, reason = JobState.FAILED, f"{unpersisted}; {reason}" if reason else unpersisted
         status = JobStatus(
             end,
             reason or None,
@@ -449,10 +453,6 @@ class DockerBackend(LocalResults):
             started_at=_timestamp(state["StartedAt"]),
             ended_at=_timestamp(state["FinishedAt"]),
         )
-        layout = contract.JobLayout(job_dir / "ml")
-        for channel, destination in spec.outputs.items():
-            if destination:
-                shutil.copytree(layout.output_dir(channel), destination, dirs_exist_ok=True)
         self._record(job_dir, status)
         self._died.discard(self.container_name(name))
         if not self.keep_containers:

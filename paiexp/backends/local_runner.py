@@ -215,13 +215,15 @@ class Runner:
         signal.setitimer(signal.ITIMER_REAL, 0)
         if self.child is not None:
             kill_group(self.child.pid, signal.SIGKILL)  # leftovers die with the job, as on PAI
-        self.persist_outputs()
+        unpersisted = self.persist_outputs()
         if self.stop_reason is not None:
             state, reason = self.stop_reason
         elif exit_code == 0:
             state, reason = SUCCEEDED, ""
         else:
             state, reason = FAILED, failure_reason(exit_code, sigkill_hint=" (out of memory?)")
+        if state != STOPPED and unpersisted:
+            state, reason = FAILED, f"{unpersisted}; {reason}" if reason else unpersisted
         if state != STOPPED and self.wrote_host_ml():  # its outputs are lost: never SUCCEEDED
             lost = (
                 "the job wrote under the host's /ml (this machine gives local jobs no private "
@@ -232,15 +234,17 @@ class Runner:
             state=state, reason=reason or None, exit_code=exit_code, ended_at=time.time()
         )
 
-    def persist_outputs(self) -> None:
-        """Copy channels that name a local destination there, as PAI persists to their URI."""
-        destinations = {c: d for c, d in self.spec["outputs"].items() if d}
-        if destinations:
-            import shutil
+    def persist_outputs(self) -> str | None:
+        """Copy channels that name a local destination there, as PAI persists to their URI;
+        why one could not be, or None."""
+        if not any(self.spec["outputs"].values()):
+            return None
+        from pathlib import Path
 
-            for channel, destination in destinations.items():
-                source = self.path("ml", "output", channel)
-                shutil.copytree(source, destination, dirs_exist_ok=True)
+        from paiexp.confine import persist_outputs
+
+        output_dir = Path(self.path("ml", "output"))
+        return persist_outputs(self.spec["outputs"], lambda channel: output_dir / channel)
 
 
 def _environment_key(lines: list[str]) -> str:
