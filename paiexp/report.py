@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from paiexp.compose import Project, compose, to_object
+from paiexp.confine import inside
 from paiexp.errors import UserError
 from paiexp.redact import redact_url
 from paiexp.sweep.registry import available_sweeps
@@ -62,6 +63,9 @@ def report(
         raise UserError("paiexp report draws its plots with plotly: pip install 'paiexp[report]'")
     located = locate(project, target, overrides)
     study = load_study(located.study_name, located.storage)
+    reports = project.base_dir / REPORTS_DIR
+    name = f"study {study.study_name!r}'s report"  # a shared study's name is outside data
+    path = Path(output) if output else inside(reports, f"{study.study_name}.html", name=name)
     tracker = located.tracker or open_tracker(located.config)
     parent_run_id = located.parent_run_id or _parent_of(tracker, study)
     objectives = _objectives(study, located.metrics)
@@ -71,7 +75,6 @@ def report(
         console.print(trials_table(best, objectives, f"top trials of study {study.study_name}"))
     else:
         console.print(f"study {study.study_name}: no trial completed yet")
-    path = Path(output) if output else project.base_dir / REPORTS_DIR / f"{study.study_name}.html"
     path.parent.mkdir(parents=True, exist_ok=True)
     text = render_report(
         study,
