@@ -1,9 +1,14 @@
 """Where to look at what was tracked: the MLflow UI's pages of an experiment and a run.
 
 The UI routes are those of the MLflow release paiexp pins (3.17: a hash router,
-``#/experiments/<id>/runs`` and ``#/experiments/<id>/runs/<run id>``).  A tracking server
-(http, https) serves them itself; any other store needs ``mlflow ui``, which serves them on
-127.0.0.1:5000 by default.
+``#/experiments/<id>/runs``, ``#/experiments/<id>/runs/<run id>`` and
+``#/experiments/<id>/models``).  A tracking server (http, https) serves them itself; any other
+store needs ``mlflow ui``, which serves them on 127.0.0.1:5000 by default.
+
+MLflow 3.17's UI opens a fresh browser in its GenAI view (traces, judges, agent versions);
+the switch to its "Model training" view lives in the browser's storage, not in the experiment
+(MLflow issue 24498).  Each URL here asks for that view (``?workflowType=machine_learning``,
+which the UI reads before its stored choice), and the summary names the click that keeps it.
 """
 
 from __future__ import annotations
@@ -16,6 +21,11 @@ from pathlib import Path
 from paiexp.redact import redact_url
 
 LOCAL_UI = "http://127.0.0.1:5000"
+TRAINING_VIEW = "?workflowType=machine_learning"  # the UI's "Model training" view
+KEEP_THE_VIEW = (
+    "  (in the UI, 'Model training' at the top of the sidebar keeps this view; "
+    "it opens on GenAI)"
+)
 
 
 def ui_address(tracker_uri: str) -> tuple[str | None, str]:
@@ -27,12 +37,17 @@ def ui_address(tracker_uri: str) -> tuple[str | None, str]:
 
 def runs_url(base: str, experiment_id: str) -> str:
     """The experiment's runs page (a sweep: its parent run, the trials nested under it)."""
-    return f"{base}/#/experiments/{experiment_id}/runs"
+    return f"{base}/#/experiments/{experiment_id}/runs{TRAINING_VIEW}"
 
 
 def run_url(base: str, experiment_id: str, run_id: str) -> str:
     """One run's page (a sweep's parent run lists its child runs there)."""
-    return f"{runs_url(base, experiment_id)}/{run_id}"
+    return f"{base}/#/experiments/{experiment_id}/runs/{run_id}{TRAINING_VIEW}"
+
+
+def models_url(base: str, experiment_id: str) -> str:
+    """The experiment's logged models (each trial's), with their metrics."""
+    return f"{base}/#/experiments/{experiment_id}/models{TRAINING_VIEW}"
 
 
 def browse_lines(
@@ -47,6 +62,8 @@ def browse_lines(
     lines.append(prefix + runs_url(base, experiment_id))
     if run_id:
         lines.append("  this run:    " + run_url(base, experiment_id, run_id))
+    lines.append("  models:      " + models_url(base, experiment_id))
+    lines.append(KEEP_THE_VIEW)
     return lines
 
 

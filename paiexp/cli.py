@@ -27,6 +27,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from paiexp.backends.base import BackendUnavailable
 from paiexp.errors import UserError
 from paiexp.outage import OutageTooLong
 
@@ -53,6 +54,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as exc:
         print(f"paiexp: error: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except BackendUnavailable as exc:  # the platform did not answer: no mistake of the user's
+        print(
+            f"paiexp: error: {exc}; check the network and the backend's endpoint", file=sys.stderr
+        )
+        return EXIT_JOB_FAILED
     except OutageTooLong as exc:  # the study's storage stayed away: the jobs are not lost
         print(
             f"paiexp: error: {exc}; the jobs in flight run on, and the same command "
@@ -198,7 +204,9 @@ def run_command(argv: Sequence[str]) -> int:
 
 def rerun_command(argv: Sequence[str]) -> int:
     parser = _parser("paiexp rerun", "Run a tracked run's job again from its stored config.")
-    parser.add_argument("run_id", metavar="RUN_ID")
+    parser.add_argument(
+        "run_id", metavar="RUN_ID", help="a run id (a sweep's: its best trial), or a sweep's name"
+    )
     parser.add_argument(
         "overrides", nargs="*", metavar="KEY=VALUE", help="edits of the stored config"
     )
@@ -223,7 +231,9 @@ def rerun_command(argv: Sequence[str]) -> int:
 
 def register_command(argv: Sequence[str]) -> int:
     parser = _parser("paiexp register", "Make a run's model a version of a registered model.")
-    parser.add_argument("run_id", metavar="RUN_ID")
+    parser.add_argument(
+        "run_id", metavar="RUN_ID", help="a run id (a sweep's: its best trial), or a sweep's name"
+    )
     parser.add_argument("name", metavar="NAME", help="the registered model")
     args = parser.parse_intermixed_args(argv)
 
@@ -250,7 +260,7 @@ def attach_command(argv: Sequence[str]) -> int:
     run_id, result = attach(tracker, args.job_name, echo=None if args.quiet else print)
     if result is None:
         return 0
-    summarize(run_id, result, tracker.uri, tracker.experiment_id)
+    summarize(run_id, result, tracker.uri, tracker.experiment_id, log_shown=not args.quiet)
     return 0 if result.status.state.value == "SUCCEEDED" else EXIT_JOB_FAILED
 
 
@@ -280,7 +290,9 @@ def init_command(argv: Sequence[str]) -> int:
 
 def download_command(argv: Sequence[str]) -> int:
     parser = _parser("paiexp download", "Fetch a tracked run's model (or other output).")
-    parser.add_argument("run_id", metavar="RUN_ID")
+    parser.add_argument(
+        "run_id", metavar="RUN_ID", help="a run id (a sweep's: its best trial), or a sweep's name"
+    )
     parser.add_argument("dest", metavar="DEST", help="local directory to download into")
     parser.add_argument("--channel", default="model", help="output channel (default: model)")
     parser.add_argument(
@@ -294,7 +306,8 @@ def download_command(argv: Sequence[str]) -> int:
     from paiexp.download import fetch_output
 
     config = to_object(compose(_project(args), []))
-    uri, files = fetch_output(config, args.run_id, args.channel, Path(args.dest), args.overrides)
+    dest = Path(args.dest)
+    uri, files = fetch_output(config, args.run_id, args.channel, dest, args.overrides)
     print(f"downloaded {len(files)} file(s) from {uri} to {args.dest}")
     return 0
 
@@ -384,7 +397,7 @@ def _run(job: PreparedJob, *, quiet: bool, extra_tags: dict[str, str] | None = N
 
     tracker = open_tracker(job.config)
     run_id, result = execute(job, tracker, echo=None if quiet else print, extra_tags=extra_tags)
-    summarize(run_id, result, tracker.uri, tracker.experiment_id)
+    summarize(run_id, result, tracker.uri, tracker.experiment_id, log_shown=not quiet)
     return 0 if result.status.state.value == "SUCCEEDED" else EXIT_JOB_FAILED
 
 
@@ -409,11 +422,16 @@ def _sweep(prepared: PreparedSweep) -> int:
     progress = Progress(prepared.sweep.n_trials, prepared.objectives)
     outcome = Launcher(prepared, progress).run()
     print_summary(
-        progress.console, outcome, prepared.objectives, prepared.storage, prepared.study_name
+        progress.console,
+        outcome,
+        prepared.objectives,
+        prepared.storage,
+        prepared.study_name,
+        prepared.base_dir,
     )
     if outcome.interrupted:
         return 130
-    return EXIT_JOB_FAILED if outcome.failed else 0
+    return EXIT_JOB_FAILED if outcome.failed or not outcome.completed else 0
 
 
 def _get_run(tracker: MlflowTracker, run_id: str) -> TrackedRun:

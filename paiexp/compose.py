@@ -109,11 +109,24 @@ def show_info(project: Project, overrides: Sequence[str], what: str) -> None:
         raise UserError(describe_error(exc)) from None
 
 
+def _not_an_override(before: str, word: str) -> str:
+    """Why ``word`` (no '=') is no override: most often the rest of the value before it,
+    split off by the shell at a space."""
+    if "=" in before:
+        return (
+            f"{word!r} is not KEY=VALUE: a value with spaces must be one shell word, "
+            f"quoted: '{before} {word} ...'"
+        )
+    return f"{word!r} is not an override: write KEY=VALUE (+KEY=VALUE to add a key, ~KEY to delete)"
+
+
 def _registered(project: Project, overrides: Sequence[str], multirun: bool) -> list[str]:
     """Register the schema and the selected sweep and pipeline; the overrides for Hydra."""
     from hydra.core.config_store import ConfigStore
 
-    for override in overrides:
+    for before, override in zip(("", *overrides), overrides, strict=False):
+        if "=" not in override and not override.startswith("~"):
+            raise UserError(_not_an_override(before, override))
         if override.lstrip("+~").startswith(("hydra.", "hydra/", "hydra=")):
             raise UserError(
                 f"{override}: paiexp composes configs with Hydra but does not use Hydra's own "

@@ -80,6 +80,9 @@ class JobConfig:
     requirements: list[str] = field(default_factory=list)
     max_run_time: int | None = None
     metric_definitions: list[MetricDefinition] = field(default_factory=list)
+    # the names the job writes to output_parameters/ (a pipeline's references are checked
+    # against them and metric_definitions before anything runs)
+    output_parameters: list[str] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
 
 

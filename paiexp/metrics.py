@@ -7,14 +7,18 @@ holding one number each; such a file gives the final value of ``<name>`` and win
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 METRIC_NAME = re.compile(r"^[A-Za-z0-9_\-./ ]+$")
+SCANNED_LINES = 10_000  # of a log's end, searched for the line closest to a metric's regex
+CLOSE_ENOUGH = 0.4  # the similarity (0-1) below which no line is said to look like one
 
 
 @dataclass
@@ -101,3 +105,37 @@ def _to_float(text: str | None) -> float | None:
     except ValueError:
         return None
     return value if not math.isinf(value) else None
+
+
+def unmatched_metrics(
+    definitions: Sequence[MetricDefinition], found: Mapping[str, float], log: Path
+) -> list[str]:
+    """One warning per metric that no log line matched (nor the platform gave): its regex,
+    and the line of the log that looks most like what it expects."""
+    missing = [d for d in definitions if d.name not in found]
+    if not missing:
+        return []
+    lines: deque[str] = deque(maxlen=SCANNED_LINES)
+    if log.is_file():
+        with log.open(encoding="utf-8", errors="replace") as stream:
+            lines.extend(line.strip() for line in stream if line.strip())
+    warnings = []
+    for definition in missing:
+        closest = _closest_line(definition.regex, lines)
+        like = f"closest line: {closest!r}" if closest else "no line looks like it"
+        warnings.append(
+            f"metric {definition.name!r} never matched regex {definition.regex!r}; {like}"
+        )
+    return warnings
+
+
+def _closest_line(regex: str, lines: Iterable[str]) -> str | None:
+    """The line most like the text ``regex`` expects (its capture group and escapes gone)."""
+    expected = re.sub(r"\\(.)", r"\1", re.sub(r"\((?!\?).*\)", "", regex)).lower()
+    matcher = difflib.SequenceMatcher(b=expected, autojunk=False)
+    best, best_ratio = None, CLOSE_ENOUGH
+    for line in lines:
+        matcher.set_seq1(line.lower()[: 4 * len(expected) + 40])
+        if matcher.real_quick_ratio() > best_ratio and matcher.ratio() > best_ratio:
+            best, best_ratio = line, matcher.ratio()
+    return best

@@ -19,6 +19,11 @@ from paiexp.spec import JobSpec
 LOG_TAIL_LINES = 50
 
 
+def job_log(base_dir: Path, job_name: str) -> Path:
+    """The launcher's local copy of a job's log, in the project at ``base_dir``."""
+    return base_dir / ".paiexp" / "logs" / f"{job_name}.log"
+
+
 @dataclass
 class JobResult:
     handle: JobHandle

@@ -22,7 +22,8 @@ from paiexp.browse import browse_lines
 from paiexp.compose import Project, compose, from_yaml, to_container, to_object
 from paiexp.config import Config
 from paiexp.errors import UserError
-from paiexp.monitor import JobMonitor, JobResult
+from paiexp.metrics import unmatched_metrics
+from paiexp.monitor import JobMonitor, JobResult, job_log
 from paiexp.record import make_record
 from paiexp.spec import JobSpec, build_spec
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from paiexp.tracking import MlflowTracker
 
 METRIC_FLUSH_SECONDS = 5.0
+FAILED_LOG_LINES = 10  # of a failed job's log, shown at its end when it was not shown as it ran
 Echo = Callable[[str], None]
 
 
@@ -115,7 +117,7 @@ def follow(
     picked up again with ``paiexp attach JOB_NAME``.  ``logged``: the metric steps its run
     holds already (a launcher that is gone followed it before), none of them logged again.
     """
-    log_path = base_dir / ".paiexp" / "logs" / f"{spec.name}.log"
+    log_path = job_log(base_dir, spec.name)
     monitor = JobMonitor(backend, handle, spec, log_path, echo=echo, logged=logged)
     stopping = False
     last_flush = time.monotonic()
@@ -140,6 +142,8 @@ def follow(
             _say("stopping the job (Ctrl-C again to detach and leave it running)")
             backend.stop(handle)
     result = monitor.result(status)
+    if status.state is JobState.SUCCEEDED:
+        result.warnings.extend(unmatched_metrics(spec.metric_definitions, result.metrics, log_path))
     tracker.finish(run_id, result, unlogged=monitor.take_unlogged(), resumed=logged is not None)
     return result
 
@@ -180,9 +184,15 @@ def attach(
 
 
 def summarize(
-    run_id: str, result: JobResult, tracker_uri: str, experiment_id: str | None = None
+    run_id: str,
+    result: JobResult,
+    tracker_uri: str,
+    experiment_id: str | None = None,
+    *,
+    log_shown: bool = True,
 ) -> None:
-    """What a person wants to see when a run ends, and where to browse it."""
+    """What a person wants to see when a run ends, and where to browse it.  A failed job's
+    last log lines (the script's own error) when its log was not shown as it ran (``-q``)."""
     status = result.status
     took = ""
     if status.started_at and status.ended_at:
@@ -191,6 +201,11 @@ def summarize(
         f"job {result.handle.name}: {status.state.value}{took}"
         + (f" ({status.reason})" if status.reason else "")
     )
+    if status.state is JobState.FAILED and not log_shown and result.log_tail:
+        where = f" ({result.log_path})" if result.log_path else ""
+        _say(f"  the last lines of its log{where}:")
+        for line in result.log_tail[-FAILED_LOG_LINES:]:
+            _say(f"    {line}")
     for name, value in sorted(result.metrics.items()):
         _say(f"  {name} = {value:g}")
     if result.model_uri and status.state is JobState.SUCCEEDED:  # a failed job made none

@@ -15,7 +15,7 @@ from typing import Any
 from paiexp import contract
 from paiexp.confine import one_segment
 from paiexp.errors import UserError
-from paiexp.metrics import MetricDefinition, definition_error
+from paiexp.metrics import METRIC_NAME, MetricDefinition, definition_error
 from paiexp.redact import redact_environments
 
 JOB_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,39}$")
@@ -89,6 +89,9 @@ def build_spec(job: Any, *, name: str, base_dir: Path) -> JobSpec:
         _fail("job.instance_count", job.instance_count, "a whole number >= 1")
     if job.max_run_time is not None and job.max_run_time <= 0:
         _fail("job.max_run_time", job.max_run_time, "a number of seconds > 0, or null")
+    for name in job.output_parameters:
+        if not METRIC_NAME.match(str(name)):
+            _fail("job.output_parameters", name, "names of letters, digits, '_', '-', '.', '/'")
     return JobSpec(
         name=name,
         command=job.command,

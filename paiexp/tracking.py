@@ -24,6 +24,7 @@ from paiexp.backends.base import JobState
 from paiexp.cache import cache_root
 from paiexp.errors import UserError
 from paiexp.metrics import MetricPoint
+from paiexp.models import MODEL_URI_TAG
 from paiexp.record import RunRecord
 from paiexp.redact import redact_url
 
@@ -36,6 +37,10 @@ JOB_NAME_TAG = "paiexp.job_name"
 SWEEP_ID_TAG = "paiexp.sweep_id"
 KIND_TAG = "paiexp.kind"
 BEST_TAG = "paiexp.best"
+STUDY_NAME_TAG = "paiexp.study_name"  # a sweep's parent run: its study
+STEP_TAG = "paiexp.pipeline_step"  # a pipeline step's run: the step
+BEST_RUN_TAG = "paiexp.best_run_id"  # on a sweep's parent run: its best trial's run
+BEST_MODEL_TAG = "paiexp.best_model_uri"  # and where that run's model is
 EMPTY_MODEL_TAG = "paiexp.model_empty"  # a job that succeeded leaving its model channel empty
 PARENT_RUN_TAG = "mlflow.parentRunId"
 # The MLflow UI opens an experiment on the view its kind names: training runs, not GenAI traces.
@@ -258,7 +263,7 @@ class MlflowTracker:
 
     def tag_best(self, parent_run_id: str, run_id: str) -> None:
         """Tag ``run_id`` the study's best, and no other child of the parent (launchers
-        sharing the study each tag their view of it)."""
+        sharing the study each tag their view of it); the parent names it and its model."""
         tagged = self._search(
             f"tags.`{PARENT_RUN_TAG}` = '{parent_run_id}' and tags.`{BEST_TAG}` = 'true'"
         )
@@ -266,6 +271,12 @@ class MlflowTracker:
             if run.info.run_id != run_id:
                 self.set_tags(run.info.run_id, {BEST_TAG: "false"})
         self.set_tags(run_id, {BEST_TAG: "true"})
+        best = self.get_run(run_id)
+        made = best is not None and best.tags.get(EMPTY_MODEL_TAG) != "true"
+        model_uri = best.tags.get(MODEL_URI_TAG) if best and made else None
+        self._client.log_batch(
+            parent_run_id, tags=_tags({BEST_RUN_TAG: run_id, BEST_MODEL_TAG: model_uri or "-"})
+        )
 
     def _create(self, run_name: str, tags: Mapping[str, str]) -> str:
         run = self._client.create_run(
@@ -377,7 +388,7 @@ class MlflowTracker:
             metrics = self._unheld(run_id, metrics)
         tags: dict[str, str | None] = {
             "paiexp.status": result.status.state.value,
-            "paiexp.model_uri": result.outputs.get("model"),
+            MODEL_URI_TAG: result.outputs.get("model"),
             "paiexp.console_url": result.console_url,
             "paiexp.failure_reason": reason,
             "paiexp.log_tail": "\n".join(result.log_tail) if status == "FAILED" else None,
@@ -451,6 +462,16 @@ class MlflowTracker:
             max_results=1,
         )
         return _tracked(runs[0]) if runs else None
+
+    def runs_tagged_anywhere(self, tags: Mapping[str, str]) -> list[TrackedRun]:
+        """The runs of any experiment that carry every one of ``tags``, the newest first."""
+        runs = self._client.search_runs(
+            experiment_ids=[e.experiment_id for e in self._client.search_experiments()],
+            filter_string=" and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items()),
+            max_results=1000,
+            order_by=["attributes.start_time DESC"],
+        )
+        return [_tracked(run) for run in runs]
 
     def find_tagged_run(self, key: str, value: str) -> TrackedRun | None:
         """A run of this experiment tagged ``key`` = ``value`` (the oldest, if several)."""

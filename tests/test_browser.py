@@ -1,5 +1,6 @@
 """What a person sees in a browser (headless Chromium from Debian, its DOM dumped once the
-page settled): the MLflow UI at the URLs a sweep prints, and the HTML of `paiexp report`."""
+page settled, and a screenshot): the MLflow UI at the URLs a sweep prints, in its "Model
+training" view, and the HTML of `paiexp report`."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 N_TRIALS = 3
 SWEEP = {
-    "params": {"x": "interval(-1, 1)"},
+    "params": {"x": "interval(-1, 1)", "model": "true"},
     "n_trials": N_TRIALS,
     "parallelism": 2,
     "sampler": {"name": "random", "seed": 0},
@@ -45,6 +46,7 @@ def page_text(chromium: str, url: str, settle_ms: int = 10_000) -> str:
             "--no-sandbox",
             "--disable-gpu",
             "--disable-dev-shm-usage",
+            "--window-size=2400,1000",
             f"--virtual-time-budget={settle_ms}",
             "--dump-dom",
             url,
@@ -55,6 +57,39 @@ def page_text(chromium: str, url: str, settle_ms: int = 10_000) -> str:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
+
+
+def screenshot(chromium: str, url: str, path: Path, settle_ms: int = 10_000) -> Path:
+    """A PNG of the page as a 2400x1000 window shows it once settled (wide enough for the
+    models table's metric columns beside the UI's assistant panel)."""
+    done = subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--hide-scrollbars",
+            "--window-size=2400,1000",
+            f"--virtual-time-budget={settle_ms}",
+            f"--screenshot={path}",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert path.read_bytes().startswith(b"\x89PNG") and path.stat().st_size > 20_000
+    return path
+
+
+def assert_training_view(text: str) -> None:
+    """The UI's "Model training" view (its sidebar: Runs, Models, Model registry), not its
+    GenAI one (Judges, Agent versions, runs called "Evaluations")."""
+    assert "Model registry" in text, text[:2000]
+    for genai in ("Judges", "Agent versions", "Evaluations"):
+        assert genai not in text, f"{genai!r} on the page: the GenAI view\n{text[:2000]}"
 
 
 def visible(dom: str) -> str:
@@ -107,32 +142,51 @@ def ui(swept: tuple[Path, str]) -> Iterator[tuple[str, str]]:
 
 
 def test_the_printed_urls_show_the_sweep_and_its_trials(
-    chromium: str, swept: tuple[Path, str], ui: tuple[str, str]
+    chromium: str, swept: tuple[Path, str], ui: tuple[str, str], tmp_path: Path
 ) -> None:
     root, said = swept
     base, printed_base = ui
     (parent,), children = sweep_runs(root)
     experiment = parent.info.experiment_id
     kind = mlflow_client(root).get_experiment(experiment).tags.get("mlflow.experimentKind")
-    assert kind == "custom_model_development"  # the UI opens on training runs
+    assert kind == "custom_model_development"
+    assert "'Model training' at the top of the sidebar" in said  # the click that keeps it
 
-    runs_url = re.search(r"^\s+then open:\s+(\S+)$", said, re.M)
-    assert runs_url, said
-    assert runs_url.group(1) == f"{printed_base}/#/experiments/{experiment}/runs"
-    runs = visible(page_text(chromium, runs_url.group(1).replace(printed_base, base)))
-    assert "Training runs" in runs
+    def printed(label: str) -> str:
+        found = re.search(rf"^\s+{label}:\s+(\S+)$", said, re.M)
+        assert found, said
+        assert found.group(1).endswith("?workflowType=machine_learning")
+        return found.group(1).replace(printed_base, base)
+
+    runs_url = printed("then open")
+    assert runs_url.startswith(f"{base}/#/experiments/{experiment}/runs?")
+    runs = visible(page_text(chromium, runs_url))
+    assert_training_view(runs)
     assert re.search(rf"\b{parent.info.run_name}\b", runs), runs[:3000]
     assert f"{1 + N_TRIALS} matching runs" in runs, runs[:3000]  # the parent and its trials
+    screenshot(chromium, runs_url, tmp_path / "runs.png")
 
-    run_url = re.search(r"^\s+this run:\s+(\S+)$", said, re.M)
-    assert run_url, said
-    assert run_url.group(1).endswith(f"/#/experiments/{experiment}/runs/{parent.info.run_id}")
-    page = visible(page_text(chromium, run_url.group(1).replace(printed_base, base)))
+    run_url = printed("this run")
+    assert f"/#/experiments/{experiment}/runs/{parent.info.run_id}?" in run_url
+    page = visible(page_text(chromium, run_url))
+    assert_training_view(page)
     listed = re.search(r"Child runs (.*?) Source", page)
     assert listed, page[:3000]
     names = {c.info.run_name for c in children}
     assert len(names) == N_TRIALS
     assert set(re.split(r"\s*,\s*", listed.group(1).strip())) == names
+    assert "best_score" in page, page[:3000]  # the sweep's own metric
+    screenshot(chromium, run_url, tmp_path / "sweep.png")
+
+    models_url = printed("models")
+    models = visible(page_text(chromium, models_url))
+    assert_training_view(models)
+    jobs = {c.data.tags["paiexp.job_name"] for c in children}
+    assert all(job in models for job in jobs), models[:3000]  # each trial's logged model
+    assert "Ready" in models and "Source run" in models, models[:3000]
+    assert all(f"trial-{n}" in models for n in range(N_TRIALS)), models[:3000]
+    assert re.search(r"\bloss\b", models), models[:3000]  # a metric column of the models
+    screenshot(chromium, models_url, tmp_path / "models.png")
 
 
 def test_the_report_renders_its_plots_in_a_browser(chromium: str, swept: tuple[Path, str]) -> None:

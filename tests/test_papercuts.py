@@ -30,7 +30,7 @@ from sweep_helpers import load_study, sweep_runs, synthetic_project, third_trial
 
 from paiexp.cli import COMMANDS
 from paiexp.compose import compose, locate_project, to_object
-from paiexp.download import mlflow_run, sqlite_file, sqlite_run
+from paiexp.download import MlflowRuns, SqliteRuns, sqlite_file
 from paiexp.sweep.progress import Progress
 from paiexp.sweep.study import Objective
 from paiexp.tracking import tracking_uri
@@ -122,10 +122,10 @@ def test_a_failed_job_prints_no_model_line(tmp_path: Path, monkeypatch: pytest.M
     database = sqlite_file(tracking_uri(config.tracker.uri))
     assert database == root / "mlflow.db"
     direct, through_mlflow = (
-        sqlite_run(database, run.info.run_id),
-        mlflow_run(config, run.info.run_id),
+        SqliteRuns(database).get(run.info.run_id),
+        MlflowRuns(config).get(run.info.run_id),
     )
     assert direct is not None and through_mlflow is not None
     assert direct.tags == through_mlflow.tags == run.data.tags
     assert direct.config_text() == through_mlflow.config_text()
-    assert sqlite_run(database, "0" * 32) is None
+    assert SqliteRuns(database).get("0" * 32) is None

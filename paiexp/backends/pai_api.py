@@ -14,6 +14,7 @@ from typing import Any
 from paiexp.backends.base import BackendUnavailable
 from paiexp.credentials import describe_key
 from paiexp.errors import UserError
+from paiexp.outage import describe
 from paiexp.retry import RetryPolicy, call_with_retries
 
 PAGE_SIZE = 100
@@ -203,9 +204,9 @@ class PaiApi:
         lines = str(data.get("Message") or "").strip().splitlines()
         message = lines[0][:300] if lines else ""  # not the string-to-sign some errors add
         if transient(exc):
+            why = f"{code} {message}".strip() if code else describe(exc)
             return PaiUnavailable(
-                f"PAI {action} still failing after {self.policy.attempts} attempts: "
-                f"{code or type(exc).__name__} {message}".strip()
+                f"PAI {action} still failing after {self.policy.attempts} attempts: {why}"
             )
         if status in (401, 403) or code.startswith(AUTH_CODES):
             return UserError(

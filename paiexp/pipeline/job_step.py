@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from paiexp.backends import JobHandle, JobState
 from paiexp.errors import UserError
-from paiexp.monitor import JobMonitor, JobResult
+from paiexp.monitor import JobMonitor, JobResult, job_log
 from paiexp.pipeline.execution import StepOutcome
 from paiexp.pipeline.state import StepStatus
 from paiexp.record import make_record
@@ -66,7 +66,7 @@ class JobStep:
         if self.stopping:
             backend.stop(handle)
         tracker = self.runs.open()  # MLflow starts up while the job runs
-        log_path = job.base_dir / ".paiexp" / "logs" / f"{spec.name}.log"
+        log_path = job_log(job.base_dir, spec.name)
         tracked = tracker.find_run(spec.name)
         if tracked is not None and tracked.status in TERMINAL_RUN_STATUSES:
             # it ended and its run was closed; the launcher that saw it died before saying so

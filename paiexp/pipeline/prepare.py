@@ -21,7 +21,7 @@ from paiexp.config import Config, TrackerConfig
 from paiexp.errors import UserError
 from paiexp.pipeline.graph import Graph, Step, build_graph
 from paiexp.pipeline.naming import config_digest, instance_token, job_name, study_name
-from paiexp.pipeline.shapes import Shape, check_reference, job_shape, placeholders, sweep_shape
+from paiexp.pipeline.shapes import Shape, check_reference, job_shape, sweep_shape
 from paiexp.pipeline.state import PipelineState
 from paiexp.pipeline.step_config import StepConfigs
 from paiexp.runs import PreparedJob
@@ -86,8 +86,10 @@ class StepPreparer:
         backend.validate(spec)
         job = PreparedJob(config, data, spec, backend, self.base_dir, self.overrides)
         metrics = [d.name for d in spec.metric_definitions]
+        written = [str(n) for n in config.job.output_parameters]
         hyperparameters = data["job"]["hyperparameters"]
-        shape = job_shape(name, metrics, spec.output_channels, hyperparameters, self.output_uri)
+        channels = spec.output_channels
+        shape = job_shape(name, metrics, written, channels, hyperparameters, self.output_uri)
         return PreparedStep(step, data, digest, attempt, job, None, shape)
 
 
@@ -130,21 +132,13 @@ def prepare_pipeline(
                 )
             check_reference(reference, shapes[reference.step], key)
         record = state.steps.get(step.name)
-        upstream = {
-            name: placeholders(shapes[name], _referring_to(graph, name)) for name in ancestors
-        }
+        upstream = {name: shapes[name] for name in ancestors}
         prepared = preparer.prepare(step, upstream, record.attempt if record else 0)
         shapes[step.name] = prepared.shape
         tracker = tracker or prepared.config.tracker
     assert tracker is not None
     source = project.pipelines_dir / f"{_selected(overrides)}.yaml"
     return PreparedPipeline(graph, preparer, state, tracker, source, tuple(overrides))
-
-
-def _referring_to(graph: Graph, name: str) -> list[Any]:
-    return [
-        ref for step in graph.steps.values() for _, ref in step.references() if ref.step == name
-    ]
 
 
 def _selected(overrides: Sequence[str]) -> str:

@@ -13,7 +13,6 @@ trial's hyperparameters, ready for ``job.hyperparameters``), ``value``, ``values
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from paiexp.errors import UserError
@@ -23,30 +22,26 @@ from paiexp.sweep.space import SWEPT_PREFIXES
 PLACEHOLDER_ID = "0" * 32
 
 
-@dataclass(frozen=True)
-class Dynamic:
-    """A mapping whose names are known only once the step ran (the metrics it reported)."""
-
-    known: tuple[str, ...] = ()
-    placeholder: Any = 0.0
-
-
 Shape = dict[str, Any]
 
 
 def job_shape(
     job_name: str,
     metrics: Iterable[str],
+    output_parameters: Iterable[str],
     channels: Iterable[str],
     hyperparameters: Mapping[str, Any],
     output_uri: str,
 ) -> Shape:
+    """``metrics``: the job's metric definitions; ``output_parameters``: the names it says
+    it writes to ``output_parameters/`` (metrics too, once it ran)."""
+    written = dict.fromkeys(output_parameters, 0.0)
     return {
         "status": "succeeded",
         "job_name": job_name,
         "run_id": PLACEHOLDER_ID,
-        "metrics": Dynamic(tuple(metrics)),
-        "output_parameters": Dynamic(),
+        "metrics": {**dict.fromkeys(metrics, 0.0), **written},
+        "output_parameters": written,
         "outputs": {channel: output_uri for channel in channels},
         "params": dict(hyperparameters),
     }
@@ -99,30 +94,19 @@ def check_reference(reference: Reference, shape: Shape, key: str) -> None:
     node: Any = shape
     where = f"steps.{reference.step}"
     for part in reference.path:
-        if isinstance(node, Dynamic):
-            node = node.placeholder
-        elif not isinstance(node, dict):
+        if not isinstance(node, dict):
             raise UserError(f"{key}: {reference}: {where} is a single value, it has no {part!r}")
-        elif part not in node:
+        if part not in node:
             has = ", ".join(sorted(node)) or "nothing"
-            raise UserError(f"{key}: {reference}: {where} has no {part!r}; it has: {has}")
-        else:
-            node = node[part]
+            raise UserError(
+                f"{key}: {reference}: {where} has no {part!r}; it has: {has}{_hint(where)}"
+            )
+        node = node[part]
         where = f"{where}.{part}"
 
 
-def placeholders(shape: Shape, references: Iterable[Reference]) -> dict[str, Any]:
-    """Results of the shape, each dynamic mapping holding the names referenced in it."""
-    paths = [r.path for r in references]
-
-    def fill(node: Any, at: tuple[str, ...]) -> Any:
-        if isinstance(node, Dynamic):
-            names = {p[len(at)] for p in paths if p[: len(at)] == at and len(p) > len(at)}
-            return {name: node.placeholder for name in (*node.known, *sorted(names))}
-        if isinstance(node, dict):
-            return {name: fill(value, (*at, name)) for name, value in node.items()}
-        return node
-
-    result = fill(shape, ())
-    assert isinstance(result, dict)
-    return result
+def _hint(where: str) -> str:
+    """Where a job step's metrics and output parameters come from."""
+    if where.endswith((".metrics", ".output_parameters")):
+        return " (its job's metric_definitions and output_parameters)"
+    return ""

@@ -99,6 +99,7 @@ class SweepStep:
             prepared.objectives,
             prepared.storage,
             prepared.study_name,
+            prepared.base_dir,
         )
         study = outcome.study
         run_id = study.user_attrs.get(PARENT_RUN_ATTR)

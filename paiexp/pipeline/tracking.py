@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from paiexp.pipeline.state import StepStatus
 from paiexp.redact import redact_override
-from paiexp.tracking import PARENT_RUN_TAG, tracking_uri
+from paiexp.tracking import PARENT_RUN_TAG, STEP_TAG, tracking_uri
 
 if TYPE_CHECKING:
     from paiexp.config import TrackerConfig
@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from paiexp.tracking import MlflowTracker
 
 PIPELINE_ID_TAG = "paiexp.pipeline_id"  # the parent run's only
-STEP_TAG = "paiexp.pipeline_step"
 STEP_STATUS_TAG = "paiexp.step_status"
 
 

@@ -46,7 +46,7 @@ from paiexp.sweep.study import (
 )
 from paiexp.sweep.tracker_protocol import TrackerFactory
 from paiexp.sweep.tracking import SweepTracker
-from paiexp.sweep.tracking_messages import TrackingSetup
+from paiexp.sweep.tracking_messages import BestRun, TrackingSetup
 from paiexp.sweep.trial_jobs import TrialJobs
 from paiexp.sweep.trials import TrialBuilder
 from paiexp.tracking import check_tracking_server, tracking_uri
@@ -130,6 +130,14 @@ class SweepOutcome:
     tracking_errors: list[str]
     experiment_id: str | None = None
     registered: str | None = None  # sweep.register's outcome
+    best: BestRun | None = None  # the best trial's run and model, as MLflow has them
+
+    @property
+    def completed(self) -> bool:
+        """Whether any trial of the study completed (a sweep without one failed)."""
+        from optuna.trial import TrialState
+
+        return bool(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
 
 
 class Launcher:
@@ -185,6 +193,7 @@ class Launcher:
             tracker.errors,
             tracker.experiment_id,
             tracker.registered,
+            tracker.best,
         )
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from paiexp.redact import redact_url
 from paiexp.sweep.opening import launcher_gone
 from paiexp.sweep.records import OWNER
+from paiexp.tracking import STUDY_NAME_TAG
 
 if TYPE_CHECKING:
     from optuna import Study
@@ -37,7 +38,7 @@ def parent_run(prepared: PreparedSweep, backend_name: str) -> ParentRun:
         "paiexp.timeout": str(sweep.timeout),
         "paiexp.backend": backend_name,
         "paiexp.storage": storage,
-        "paiexp.study_name": prepared.study_name,
+        STUDY_NAME_TAG: prepared.study_name,
     }
     pruned_metric = prepared.pruning.metric if prepared.pruning else "-"
     params: dict[str, Any] = {

@@ -5,8 +5,10 @@ from __future__ import annotations
 import importlib.util
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rich.console import Console
@@ -15,9 +17,10 @@ from rich.table import Table
 from rich.text import Text
 
 from paiexp.browse import browse_lines, console_command
+from paiexp.monitor import job_log
 from paiexp.redact import redact_url
 from paiexp.sweep.opening import PARENT_RUN_ATTR
-from paiexp.sweep.records import RETRIED
+from paiexp.sweep.records import JOB_NAME, REASON, RETRIED
 
 if TYPE_CHECKING:
     from optuna import Study
@@ -25,8 +28,10 @@ if TYPE_CHECKING:
 
     from paiexp.sweep.launcher import SweepOutcome
     from paiexp.sweep.study import Objective
+    from paiexp.sweep.tracking_messages import BestRun
 
 TOP_TRIALS = 5
+FAILURE_LOG_LINES = 10  # of the first failed trial's log, when no trial completed
 
 
 class RunningSweep(Protocol):
@@ -152,8 +157,14 @@ def best_of(
     pass, without a copy), or the study's Pareto front."""
     if len(objectives) > 1:
         return study.best_trials
-    pick = max if objectives[0].direction == "maximize" else min
-    return [pick(complete, key=lambda t: t.values[0])]
+    return [min(complete, key=ranking(objectives[0]))]
+
+
+def ranking(objective: Objective) -> Callable[[FrozenTrial], tuple[float, int]]:
+    """The sort key of complete trials, best first; a tie goes to the earlier trial (so the
+    status line, the summary and the parent run name the same one)."""
+    sign = -1.0 if objective.direction == "maximize" else 1.0
+    return lambda trial: (sign * trial.values[0], trial.number)
 
 
 def print_summary(
@@ -162,17 +173,23 @@ def print_summary(
     objectives: Sequence[Objective],
     storage: str,
     study_name: str,
+    base_dir: Path,
 ) -> None:
-    """Top trials, best parameters, and how to browse the results."""
+    """Top trials, best parameters and where the best model is, or why no trial completed;
+    and how to browse the results."""
     study = outcome.study
     top = top_trials(study, objectives)
     if top:
         console.print(trials_table(top, objectives, f"top trials of study {study_name}"))
         if len(objectives) == 1:
-            params = " ".join(f"{k}={_param(v)}" for k, v in study.best_trial.params.items())
+            params = " ".join(f"{k}={_param(v)}" for k, v in top[0].params.items())
             console.print(f"best params: {params}", markup=False, highlight=False)
     else:
-        console.print("no trial completed")
+        for line in ["no trial completed", *first_failure(study, base_dir)]:
+            console.print(line, markup=False, highlight=False)
+    if outcome.best is not None and len(objectives) == 1:
+        for line in best_run_lines(outcome.best, top[0].number if top else None):
+            console.print(line, markup=False, highlight=False)
     if outcome.stop_reason and not outcome.interrupted:
         console.print(f"[paiexp] stopped submitting: {outcome.stop_reason}", markup=False)
     if outcome.tracking_errors:
@@ -192,6 +209,41 @@ def print_summary(
         console.print(f"browse study:  {dashboard} {redact_url(storage)}", markup=False)
 
 
+def best_run_lines(best: BestRun, number: int | None) -> list[str]:
+    """Where the best trial's run and model are, and the command that fetches the model."""
+    trial = f" (trial {number})" if number is not None else ""
+    lines = [f"best run:      {best.run_id}{trial}"]
+    if best.model_uri is None:
+        return [*lines, "best model:    none (its job left no model)"]
+    fetch = f"{console_command('paiexp')} download {best.run_id} ./model"
+    return [*lines, f"best model:    {best.model_uri}", f"fetch it:      {fetch}"]
+
+
+def first_failure(study: Study, base_dir: Path, lines: int = FAILURE_LOG_LINES) -> list[str]:
+    """Why the study's first failed trial failed, and the last lines of its job's log (the
+    script's own error), when this machine has them."""
+    from optuna.trial import TrialState
+
+    failed = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+    if not failed:
+        return []
+    trial = failed[0]
+    reason = str(trial.user_attrs.get(REASON) or "no reason recorded").splitlines()[0]
+    said = [f"the first failure, trial {trial.number}: {reason}"]
+    job = trial.user_attrs.get(JOB_NAME)
+    log = job_log(base_dir, job) if job else None
+    if log is None or not log.is_file():
+        return said
+    with log.open(errors="replace") as stream:
+        tail = [line.rstrip() for line in deque(stream, maxlen=lines)]
+    return [*said, f"  the last lines of its log ({_shown(log)}):", *(f"    {t}" for t in tail)]
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the working directory when it is under it."""
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
+
+
 def top_trials(
     study: Study, objectives: Sequence[Objective], limit: int = TOP_TRIALS
 ) -> list[FrozenTrial]:
@@ -203,8 +255,7 @@ def top_trials(
         return []
     if len(objectives) > 1:
         return list(study.best_trials[:limit])
-    reverse = objectives[0].direction == "maximize"
-    return sorted(complete, key=lambda t: t.values[0], reverse=reverse)[:limit]
+    return sorted(complete, key=ranking(objectives[0]))[:limit]
 
 
 def trial_rows(

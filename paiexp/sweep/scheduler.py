@@ -260,7 +260,14 @@ class Scheduler:
         else:
             reason = status.reason or f"job {status.state.value.lower()}"
             rerun = status.infrastructure and self.budget.may_retry(flight.trial)
-            self.jobs.tell(flight, TrialState.FAIL, result=result, reason=reason, rerun=rerun)
+            self.jobs.tell(
+                flight,
+                TrialState.FAIL,
+                result=result,
+                reason=reason,
+                rerun=rerun,
+                detail=last_line(result.log_tail),
+            )
 
 
 def objective_values(
@@ -272,12 +279,18 @@ def objective_values(
     for objective in objectives:
         value = result.metrics.get(objective.metric)
         if value is None:
-            tail = "\n".join(result.log_tail[-10:])
+            last = last_line(result.log_tail)
             return [], (
                 f"objective metric {objective.metric!r} never matched regex "
-                f"{regexes.get(objective.metric)!r}; log tail:\n{tail}"
+                f"{regexes.get(objective.metric)!r}; "
+                + (f"the log's last line: {last!r}" if last else "the log is empty")
             )
         if math.isnan(value):
             return [], f"objective metric {objective.metric!r} is NaN"
         values.append(value)
     return values, None
+
+
+def last_line(lines: Sequence[str]) -> str | None:
+    """The last line of a log tail that holds anything (a script's own error, most often)."""
+    return next((line.strip() for line in reversed(lines) if line.strip()), None)

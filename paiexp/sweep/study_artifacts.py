@@ -96,7 +96,9 @@ def study_artifacts(study: Any, directory: Path) -> list[tuple[str, Path]]:
             )
         for stem, draw in drawings.items():
             try:
-                axes = draw(study, target=target, target_name=name)
+                with warnings.catch_warnings():  # e.g. PED-ANOVA's of equal importances
+                    warnings.simplefilter("ignore")
+                    axes = draw(study, target=target, target_name=name)
             except (ValueError, RuntimeError) as exc:  # e.g. importances of a constant objective
                 log.info("skipping plot %s: %s", stem, exc)
                 continue

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from paiexp.sweep.tracking_messages import (
+    BestRun,
     Call,
     FailChild,
     FinishChild,
@@ -45,6 +46,7 @@ class Tracker(ABC):
         self._run_ids: dict[str, str] = {}
         self.experiment_id: str | None = None  # once closed: the runs' MLflow experiment
         self.registered: str | None = None  # once closed: what sweep.register did
+        self.best: BestRun | None = None  # once closed: the best trial's run and model
         self.errors: list[str] = []
 
     @abstractmethod

@@ -68,6 +68,7 @@ class SweepTracker(Tracker):
                     self.uri = uri
                     self.experiment_id = experiment_id
                     self.registered = registered
+                    self.best = reply.best
                     return
 
     def close(self) -> str | None:

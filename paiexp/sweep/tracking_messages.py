@@ -180,6 +180,14 @@ class Notice:
 
 
 @dataclass(frozen=True)
+class BestRun:
+    """The run of a sweep's best trial, and its model's URI (None: it left none)."""
+
+    run_id: str
+    model_uri: str | None
+
+
+@dataclass(frozen=True)
 class Closed:
     """Every call is done; ``uri`` is the tracking URI, None when MLflow never opened, and
     ``experiment_id`` the experiment the runs are in."""
@@ -187,6 +195,7 @@ class Closed:
     uri: str | None
     experiment_id: str | None = None
     registered: str | None = None  # sweep.register's outcome, e.g. "m version 3 (best)"
+    best: BestRun | None = None  # as the parent run names it
 
 
 Reply = RunCreated | CallFailed | Notice | Closed

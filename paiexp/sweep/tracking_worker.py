@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, assert_never
 
 from paiexp.metrics import MetricPoint
-from paiexp.monitor import JobMonitor
+from paiexp.monitor import JobMonitor, job_log
 from paiexp.outage import Outage, OutageTooLong
 from paiexp.record import RunRecord, make_record
 from paiexp.redact import redact_url
@@ -37,6 +37,7 @@ from paiexp.sweep.opening import LEADER_ATTR, PARENT_RUN_ATTR
 from paiexp.sweep.records import JOB_NAME
 from paiexp.sweep.study_artifacts import study_artifacts, warm_up
 from paiexp.sweep.tracking_messages import (
+    BestRun,
     Call,
     CallFailed,
     Close,
@@ -55,7 +56,13 @@ from paiexp.sweep.tracking_messages import (
     UpdateBest,
     call_name,
 )
-from paiexp.tracking import TERMINAL_RUN_STATUSES, TRIAL_STATE_TO_RUN_STATUS, tracking_uri
+from paiexp.tracking import (
+    BEST_MODEL_TAG,
+    BEST_RUN_TAG,
+    TERMINAL_RUN_STATUSES,
+    TRIAL_STATE_TO_RUN_STATUS,
+    tracking_uri,
+)
 
 if TYPE_CHECKING:
     from paiexp.tracking import MlflowTracker
@@ -107,9 +114,12 @@ def serve(setup: TrackingSetup, calls: Any, replies: Any, launcher_pid: int) -> 
                 warm_up()
             continue
         if isinstance(message, Close):
-            tracker = worker.tracker if worker.opened else None
-            opened = (tracker.uri, tracker.experiment_id, worker.registered) if tracker else (None,)
-            replies.put(Closed(*opened))
+            if worker.opened:
+                tracker = worker.tracker
+                best = worker.best_run()
+                replies.put(Closed(tracker.uri, tracker.experiment_id, worker.registered, best))
+            else:
+                replies.put(Closed(None))
             _exit(replies)
         if worker.fatal:
             continue
@@ -344,7 +354,29 @@ class TrackingWorker:
                     self.tracker.log_artifact(self.parent_run_id, path, artifact_dir)
             if self.setup.register:
                 self.register_best(self.setup.register)
-        self.tracker.terminate(self.parent_run_id, "KILLED" if interrupted else "FINISHED")
+        status = "KILLED" if interrupted else "FINISHED" if self.any_complete() else "FAILED"
+        self.tracker.terminate(self.parent_run_id, status)
+
+    def any_complete(self) -> bool:
+        """Whether a trial of the study completed (a sweep without one failed)."""
+        from optuna.trial import TrialState
+
+        return bool(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+
+    def best_run(self) -> BestRun | None:
+        """The best trial's run and model, as the parent run names them (None when tracking
+        failed or no trial completed)."""
+        if self.fatal or not self.parent_run_id:
+            return None
+        try:
+            parent = self.tracker.get_run(self.parent_run_id)
+        except Exception:  # the summary goes without it
+            return None
+        run_id = parent.tags.get(BEST_RUN_TAG) if parent else None
+        if parent is None or not run_id:
+            return None
+        model_uri = parent.tags.get(BEST_MODEL_TAG)
+        return BestRun(run_id, None if model_uri in (None, "-") else model_uri)
 
     def register_best(self, name: str) -> None:
         """The best trial's model as a version of the registered model ``name``; the alias
@@ -427,7 +459,6 @@ class TrackingWorker:
 
         children = self.tracker.child_runs(self.parent_run_id)
         backend = create_backend(self.setup.backend, self.setup.base_dir)
-        log_root = self.setup.base_dir / ".paiexp" / "logs"
         for trial in trials:
             child = children.get(trial.job_name)
             if child is not None and child.status in TERMINAL_RUN_STATUSES:
@@ -446,7 +477,8 @@ class TrackingWorker:
                 self.tracker.fail(run_id, trial.reason or "the job was never submitted")
                 continue
             spec = trial.record.spec
-            monitor = JobMonitor(backend, handle, spec, log_root / f"{trial.job_name}.log")
+            log_path = job_log(self.setup.base_dir, trial.job_name)
+            monitor = JobMonitor(backend, handle, spec, log_path)
             job_status = backend.poll([handle])[handle.id]
             monitor.pull(final=True)
             self.tracker.finish(

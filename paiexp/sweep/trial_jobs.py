@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from paiexp.backends import JobHandle, JobRejected
 from paiexp.errors import UserError
-from paiexp.monitor import JobMonitor, JobResult
+from paiexp.monitor import JobMonitor, JobResult, job_log
 from paiexp.spec import JobSpec
 from paiexp.sweep.ownership import Identity, Lease, trial_id
 from paiexp.sweep.progress import best_of
@@ -78,10 +78,10 @@ class TrialJobs:
         self.backend = prepared.backend
         self.builder = prepared.trials
         self.study_name = prepared.study_name
+        self.base_dir = prepared.base_dir
         self.n_trials = prepared.sweep.n_trials
         self.objectives = prepared.objectives
         self.distributions = prepared.space.distributions()
-        self.log_root = prepared.base_dir / ".paiexp" / "logs"
         self.unlabelled: dict[str, JobHandle] = {}  # jobs not yet told their run's id
         self.refused: str | None = None  # why the platform refuses this sweep's jobs
         self.blocked = False  # the last start could not ask (see start)
@@ -160,7 +160,8 @@ class TrialJobs:
         trial.set_user_attr(JOB_ID, handle.id)
         self.start_child(trial, spec, adopted=adopted is not None)
         self.unlabelled[name] = handle
-        monitor = JobMonitor(self.backend, handle, spec, self.log_root / f"{name}.log")
+        log_path = job_log(self.base_dir, name)
+        monitor = JobMonitor(self.backend, handle, spec, log_path)
         flight = InFlight(trial, spec, handle, monitor)
         if adopted is not None:
             flight.reported = set(adopted.intermediate_values)
@@ -197,9 +198,11 @@ class TrialJobs:
         values: list[float] | None = None,
         reason: str | None = None,
         rerun: bool = False,
+        detail: str | None = None,
     ) -> None:
         """Finish the trial of a job that ended, and its run; unless another launcher (that
-        took the trial over while this one was silent) finished it first: its run is its own."""
+        took the trial over while this one was silent) finished it first: its run is its own.
+        ``detail``: what the terminal shows after the reason (the log's last line)."""
         from optuna.exceptions import UpdateFinishedTrialError
 
         trial = flight.trial
@@ -223,7 +226,8 @@ class TrialJobs:
             {"paiexp.trial_state": state.name},
         )
         retried = bool(trial.user_attrs.get(RETRIED))
-        self.progress.finished(trial.number, state.name, values, reason, retried=retried)
+        shown = f"{reason.splitlines()[0]} · {detail}" if reason and detail else reason
+        self.progress.finished(trial.number, state.name, values, shown, retried=retried)
         for warning in result.warnings:
             log.warning("trial %d: %s", trial.number, warning)
         if values and self.improves(values):
