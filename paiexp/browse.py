@@ -23,8 +23,7 @@ from paiexp.redact import redact_url
 LOCAL_UI = "http://127.0.0.1:5000"
 TRAINING_VIEW = "?workflowType=machine_learning"  # the UI's "Model training" view
 KEEP_THE_VIEW = (
-    "  (in the UI, 'Model training' at the top of the sidebar keeps this view; "
-    "it opens on GenAI)"
+    "  (in the UI, 'Model training' at the top of the sidebar keeps this view; it opens on GenAI)"
 )
 
 
