@@ -20,6 +20,7 @@ mlruns/
 mlartifacts/
 optuna.journal*
 .paiexp/
+reports/
 """
 
 

@@ -89,9 +89,9 @@ def build_spec(job: Any, *, name: str, base_dir: Path) -> JobSpec:
         _fail("job.instance_count", job.instance_count, "a whole number >= 1")
     if job.max_run_time is not None and job.max_run_time <= 0:
         _fail("job.max_run_time", job.max_run_time, "a number of seconds > 0, or null")
-    for name in job.output_parameters:
-        if not METRIC_NAME.match(str(name)):
-            _fail("job.output_parameters", name, "names of letters, digits, '_', '-', '.', '/'")
+    for written in job.output_parameters:
+        if not METRIC_NAME.match(str(written)):
+            _fail("job.output_parameters", written, "names of letters, digits, '_', '-', '.', '/'")
     return JobSpec(
         name=name,
         command=job.command,

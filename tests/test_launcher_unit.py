@@ -194,14 +194,14 @@ def test_max_failures_stops_submitting_and_says_why(tmp_path: Path) -> None:
     )
 
 
-def test_an_unusable_objective_fails_the_trial_with_the_log_tail(tmp_path: Path) -> None:
+def test_an_unusable_objective_fails_the_trial_with_the_logs_last_line(tmp_path: Path) -> None:
     backend = FakeBackend(lambda spec: Script(("loss=1.0", "done")))
     run = launch(prepare(tmp_path, backend, n_trials=1))
     ((state, attrs),) = run.trials()
     reason = attrs["paiexp:failure_reason"]
     assert state == "FAIL"
     assert reason.startswith("objective metric 'score' never matched regex")
-    assert reason.endswith("loss=1.0\ndone")
+    assert reason.endswith("; the log's last line: 'done'")
 
 
 # -- submission refused --------------------------------------------------------------------

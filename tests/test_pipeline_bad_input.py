@@ -64,6 +64,12 @@ pipeline:
       depends: [train]
       overrides: {job: {inputs: {model: '${steps.train.outputs.modle}'}}}
 """,
+    "undefined_metric": """
+pipeline:
+  steps:
+    train: {}
+    publish: {depends: [train], when: 'steps.train.metrics["test_auc"] >= 0.97'}
+""",
     "not_a_dependency": """
 pipeline:
   steps:
@@ -120,6 +126,14 @@ CASES = {
     "missing-channel": (
         ("+pipeline=missing_channel",),
         ("steps.train.outputs has no 'modle'", "checkpoints, model, tensorboard"),
+    ),
+    "undefined-metric": (
+        ("+pipeline=undefined_metric",),
+        (
+            "pipeline.steps.publish.when",
+            "steps.train.metrics has no 'test_auc'; it has: test-auc, validation-logloss",
+            "its job's metric_definitions and output_parameters",
+        ),
     ),
     "not-a-dependency": (
         ("+pipeline=not_a_dependency",),

@@ -118,7 +118,7 @@ def test_an_unusable_objective_fails_the_trial(tmp_path: Path, fixed: dict, reas
     assert message.startswith(reason)
     if "never matched" in reason:
         assert "score=(" in message and "loss=" in message  # the regex and the log tail
-    assert result.returncode == 0  # failed trials do not fail a sweep without max_failures
+    assert result.returncode == 1  # no trial completed: the sweep failed
 
 
 def test_a_job_lost_to_the_platform_is_retried(tmp_path: Path) -> None:

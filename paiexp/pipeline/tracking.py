@@ -82,7 +82,8 @@ class PipelineRuns:
             "paiexp.project_dir": str(self.prepared.preparer.base_dir),
             "paiexp.overrides": " ".join(map(redact_override, self.prepared.overrides)),
         }
-        run_id = tracker.create_tagged_run(graph.name, tags)
+        # named apart from the sweep of the same name (+sweep=xgb's parent run is "xgb")
+        run_id = tracker.create_tagged_run(f"pipeline-{graph.name}", tags)
         if self.prepared.source.is_file():
             tracker.log_artifact(run_id, self.prepared.source, "pipeline")
         return run_id
