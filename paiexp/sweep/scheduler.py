@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from paiexp.backends import BackendUnavailable, JobState, JobStatus
+from paiexp.diskfull import DiskFull, nearly_full, says_disk_full
 from paiexp.metrics import MetricPoint
 from paiexp.monitor import JobResult
 from paiexp.spec import JobSpec
@@ -95,6 +96,8 @@ class Scheduler:
         self.follow(self.adopter.check())  # before the first heartbeat is due
         while True:
             self._hold()
+            if self.tracker.disk_full:  # MLflow's store cannot be written
+                raise self.tracker.disk_full
             if self.interrupts:
                 if self.sweep.on_interrupt == "detach":
                     return  # trials stay RUNNING; the next launch re-attaches to their jobs
@@ -259,8 +262,11 @@ class Scheduler:
             self.jobs.tell(flight, TrialState.FAIL, result=result, reason=reason, rerun=True)
         else:
             reason = status.reason or f"job {status.state.value.lower()}"
-            rerun = status.infrastructure and self.budget.may_retry(flight.trial)
+            platform = status.infrastructure or says_disk_full(result.log_tail)
+            rerun = platform and self.budget.may_retry(flight.trial)
             self.jobs.tell(flight, TrialState.FAIL, result=result, reason=reason, rerun=rerun)
+            if status.full_disk and nearly_full(status.full_disk):  # still: so would the next
+                raise DiskFull(status.full_disk, "no space left on device", reason)
 
 
 def objective_values(
