@@ -23,7 +23,7 @@ import pytest
 from conftest import clean_env, wait_until
 from servers import MlflowServer
 from sweep_helpers import load_study, synthetic_project
-from tracking_proxy import Cut, trial_points, tracking_proxy
+from tracking_proxy import Cut, tracking_proxy, trial_points
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
