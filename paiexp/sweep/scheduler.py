@@ -96,8 +96,7 @@ class Scheduler:
         self.follow(self.adopter.check())  # before the first heartbeat is due
         while True:
             self._hold()
-            if self.tracker.disk_full:  # MLflow's store cannot be written
-                raise self.tracker.disk_full
+            self._check_tracking_disk()
             if self.interrupts:
                 if self.sweep.on_interrupt == "detach":
                     return  # trials stay RUNNING; the next launch re-attaches to their jobs
@@ -211,6 +210,7 @@ class Scheduler:
     def _why_stop(self) -> tuple[str, bool] | None:
         """Why no more trials may start, if so, and whether that fails the sweep."""
         sweep = self.sweep
+        self._check_tracking_disk()  # before its error is taken for tracking's failure
         if self.jobs.refused:
             return self.jobs.refused, True
         if self.interrupts:
@@ -228,6 +228,11 @@ class Scheduler:
                 )
                 return reason, True
         return None
+
+    def _check_tracking_disk(self) -> None:
+        """Stop the sweep when MLflow's store could not be written for a full disk."""
+        if self.tracker.disk_full:
+            raise self.tracker.disk_full
 
     def _observe(self, flight: InFlight, points: list[MetricPoint]) -> None:
         """Report the pruning metric's new steps; stop the job when Optuna says prune."""
