@@ -52,7 +52,7 @@ def test_a_full_disk_stops_the_sweep_in_one_line_and_the_relaunch_completes_it(
 
     root = synthetic_project(small_disk / "project", SWEEP)
     ledger = tmp_path / "ledger.txt"  # off the small disk: every execution is counted
-    env = clean_env(LEDGER=str(ledger))
+    env = clean_env(LEDGER=str(ledger), TMPDIR=str(tmp_path))  # where details go if need be
     output = tmp_path / "launcher.txt"
     with open(output, "w") as stream:
         launcher = subprocess.Popen(
