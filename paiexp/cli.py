@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from paiexp.backends.base import BackendUnavailable
+from paiexp.diskfull import DiskFull, disk_full, record_details
 from paiexp.errors import UserError
 from paiexp.outage import OutageTooLong
 
@@ -68,6 +69,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_JOB_FAILED
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        full = disk_full(exc)
+        if full is None:
+            raise
+        return report_disk_full(full, exc)
+
+
+def report_disk_full(full: DiskFull, exc: BaseException) -> int:
+    """A full disk stopped the command: one line naming the file and the log of details;
+    what was running is left as after a crash, for the same command to pick up."""
+    details = record_details(full, exc)
+    where = f" (details in {details})" if details else ""
+    print(f"paiexp: error: {full}{where}", file=sys.stderr)
+    return EXIT_JOB_FAILED
 
 
 class _Parser(argparse.ArgumentParser):

@@ -5,19 +5,27 @@ Standard library only: the local job runner imports it without ``site``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from typing import Any
 
 
 def write_json_atomic(path: str | os.PathLike[str], data: dict[str, Any]) -> None:
-    """Replace ``path`` with ``data`` so that a reader sees the old or the new file, never half."""
+    """Replace ``path`` with ``data`` so that a reader sees the old or the new file, never half;
+    a write that fails (a full disk) leaves the old file, and no temporary one."""
     path = os.fspath(path)
     directory, name = os.path.split(path)
     temporary = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
-    with open(temporary, "w") as stream:
-        stream.write(json.dumps(data))
-    os.replace(temporary, path)
+    try:
+        with open(temporary, "w") as stream:
+            stream.write(json.dumps(data))
+        os.replace(temporary, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        exc.filename = exc.filename or path
+        raise
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:

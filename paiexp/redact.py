@@ -30,3 +30,18 @@ def redact_url(url: str) -> str:
         return url
     host = parts.netloc.rsplit("@", 1)[1]
     return urlunsplit(parts._replace(netloc=f"{parts.username}:<redacted>@{host}"))
+
+
+URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+
+
+def redact_urls(text: str) -> str:
+    """Every URL in ``text`` with its password left out (see :func:`redact_url`)."""
+    return URL.sub(lambda match: _redacted(match.group(0)), text)
+
+
+def _redacted(url: str) -> str:
+    try:
+        return redact_url(url)
+    except ValueError:  # not a URL after all (a malformed host or port): kept out whole
+        return "<url>"

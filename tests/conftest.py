@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
@@ -196,6 +197,38 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "docker_image" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.docker)
+
+
+# -- a small disk to fill up ---------------------------------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 64 MiB tmpfs (root mounts one; anyone else fails here, saying so)."""
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount_point)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.fail(f"this test mounts a tmpfs, which needs root: {mounted.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=True)
+
+
+def fill_disk(disk: Path) -> None:
+    """Take every byte the file system has left."""
+    with open(disk / "ballast", "wb", buffering=0) as ballast:
+        for size in (1 << 20, 4096, 1):
+            try:
+                while True:
+                    ballast.write(b"\0" * size)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc
 
 
 # Real servers (PostgreSQL, an MLflow server backed by it): session fixtures of tests/servers.py.

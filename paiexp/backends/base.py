@@ -41,6 +41,8 @@ class JobStatus:
     ended_at: float | None = None
     # Failed for a platform reason (lost, never started), not the script's: worth a retry.
     infrastructure: bool = False
+    # Failed because the disk of the job's directory on this machine (this path) was full.
+    full_disk: str | None = None
 
 
 @dataclass(frozen=True)

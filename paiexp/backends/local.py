@@ -39,7 +39,7 @@ from paiexp.backends.checks import (
     oss_channels,
 )
 from paiexp.backends.jobdir import JobDirectories, LocalResults, read_log_file
-from paiexp.backends.local_runner import LOCK_FILE, NO_PRIVATE_ML
+from paiexp.backends.local_runner import FULL_DISK, LOCK_FILE, NO_PRIVATE_ML
 from paiexp.backends.threads import cpu_share, thread_environment
 from paiexp.errors import UserError
 from paiexp.jsonfiles import read_json
@@ -321,6 +321,8 @@ def _status_of(state: dict[str, Any]) -> JobStatus:
         exit_code=state.get("exit_code"),
         started_at=state.get("started_at"),
         ended_at=state.get("ended_at"),
+        infrastructure=FULL_DISK in state,
+        full_disk=state.get(FULL_DISK),
     )
 
 

@@ -33,6 +33,7 @@ if __name__ == "__main__":  # started by path without ``site``: the package's pa
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from paiexp import mlroot
+from paiexp.diskfull import DISK_FULL_ERRNOS, nearly_full, says_disk_full
 from paiexp.exits import failure_reason
 from paiexp.jsonfiles import read_json, write_json_atomic
 from paiexp.processes import kill_group, process_start_time
@@ -45,6 +46,10 @@ if TYPE_CHECKING:
 RUNNING, SUCCEEDED, FAILED, STOPPED = "RUNNING", "SUCCEEDED", "FAILED", "STOPPED"
 LOCK_FILE = "runner.lock"
 NO_PRIVATE_ML = "no_private_ml"  # in the state: why the job sees the host's /ml
+FULL_DISK = "full_disk"  # in the state: the job failed because its directory's disk was full
+DISK_FULL_RETRY = 1.0  # seconds between tries of a state write that found the disk full
+DISK_FULL_PATIENCE = 24 * 3600.0  # seconds such a write is tried for, then the runner gives up
+LOG_TAIL_BYTES = 8192  # of the job's log, read for a full disk's error message
 
 
 class Runner:
@@ -60,13 +65,26 @@ class Runner:
         self.stop_reason: tuple[str, str] | None = None
         self.alarms: dict[str, float] = {}  # what to do -> when (monotonic)
         self.host_ml: mlroot.Snapshot | None = None  # without a private /ml: the host's
+        self.disk_was_full = False  # a state write of this runner found the disk full
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.job_dir, *parts)
 
     def write_state(self, **changes: Any) -> None:
+        """Record the state; on a full disk, try again until there is room (the job's
+        outcome is kept for the launcher that runs once space is freed)."""
         self.state.update(changes)
-        write_json_atomic(self.path("state.json"), self.state)
+        waited = 0.0
+        while True:
+            try:
+                write_json_atomic(self.path("state.json"), self.state)
+                return
+            except OSError as exc:
+                if exc.errno not in DISK_FULL_ERRNOS or waited >= DISK_FULL_PATIENCE:
+                    raise
+                self.disk_was_full = True
+                time.sleep(DISK_FULL_RETRY)
+                waited += DISK_FULL_RETRY
 
     def run(self) -> None:
         signal.signal(signal.SIGTERM, lambda *_: self.terminate(STOPPED, "stopped"))
@@ -230,9 +248,25 @@ class Runner:
                 f"/ml: {self.state[NO_PRIVATE_ML]}); use backend=docker"
             )
             state, reason = FAILED, f"{lost}; {reason}" if reason else lost
+        if state == FAILED and self.found_disk_full():
+            reason = f"no space left on device in the job's directory {self.job_dir}; {reason}"
+            self.state[FULL_DISK] = self.job_dir
         self.write_state(
             state=state, reason=reason or None, exit_code=exit_code, ended_at=time.time()
         )
+
+    def found_disk_full(self) -> bool:
+        """Whether the job's disk was full as it failed: a state write found it so, the job's
+        log says so, or its file system has (next to) no room left."""
+        if self.disk_was_full or nearly_full(self.job_dir):
+            return True
+        try:
+            with open(self.path("job.log"), "rb") as log:
+                log.seek(max(0, os.fstat(log.fileno()).st_size - LOG_TAIL_BYTES))
+                tail = log.read().decode("utf-8", errors="replace")
+        except OSError:
+            return False
+        return says_disk_full(tail.splitlines())
 
     def persist_outputs(self) -> str | None:
         """Copy channels that name a local destination there, as PAI persists to their URI;

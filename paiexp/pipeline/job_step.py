@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from paiexp.backends import JobHandle, JobState
+from paiexp.diskfull import disk_full
 from paiexp.errors import UserError
 from paiexp.monitor import JobMonitor, JobResult, job_log
 from paiexp.pipeline.execution import StepOutcome
@@ -58,6 +59,8 @@ class JobStep:
             try:
                 handle = backend.submit(spec)
             except (UserError, OSError, RuntimeError) as exc:
+                if disk_full(exc):
+                    raise  # the pipeline stops; the relaunch submits it
                 return self.not_submitted(f"submission failed: {exc}")
             self.say(f"step {self.name}: job {spec.name} submitted to backend={backend.name}")
         else:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
+from paiexp.diskfull import DiskFull, disk_full
 from paiexp.errors import UserError
 from paiexp.pipeline.condition import ConditionError
 from paiexp.pipeline.execution import StepExecution, StepOutcome
@@ -70,6 +71,7 @@ class PipelineRunner:
         self.running: dict[str, StepExecution] = {}
         self.ended: queue.Queue[tuple[str, StepOutcome]] = queue.Queue()
         self.interrupts = 0
+        self.disk_full: DiskFull | None = None  # stopped a step: the pipeline stops, as if killed
 
     def run(self) -> PipelineOutcome:
         pending = list(self.graph.steps)
@@ -94,6 +96,8 @@ class PipelineRunner:
                         name, outcome = self.ended.get(timeout=WAKE_SECONDS)
                     except queue.Empty:
                         continue
+                    if self.disk_full is not None:  # its step stays running, for the relaunch
+                        raise self.disk_full
                     del self.running[name]
                     self.finished(name, outcome)
         return PipelineOutcome(self.statuses, self.notes, bool(self.interrupts))
@@ -165,8 +169,10 @@ class PipelineRunner:
             outcome = execution.run()
         except UserError as exc:
             outcome = StepOutcome(StepStatus.failed, note=str(exc))
-        except Exception as exc:  # a bug: say it in full, and let the other steps go on
-            traceback.print_exc()
+        except Exception as exc:
+            self.disk_full = disk_full(exc)
+            if self.disk_full is None:  # a bug: say it in full, and let the other steps go on
+                traceback.print_exc()
             outcome = StepOutcome(StepStatus.failed, note=f"{type(exc).__name__}: {exc}")
         self.ended.put((name, outcome))
 

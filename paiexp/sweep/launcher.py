@@ -183,6 +183,8 @@ class Launcher:
             close=not running_elsewhere(study, self.owner),
         )
         uri = tracker.close()
+        if tracker.disk_full:  # the last calls found the disk full: the next launch writes them
+            raise tracker.disk_full
         jobs.label_runs()  # the runs created last
         return SweepOutcome(
             study,

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from paiexp.backends import BackendUnavailable, JobState, JobStatus
+from paiexp.diskfull import DiskFull, nearly_full, says_disk_full
 from paiexp.metrics import MetricPoint
 from paiexp.monitor import JobResult
 from paiexp.spec import JobSpec
@@ -95,6 +96,7 @@ class Scheduler:
         self.follow(self.adopter.check())  # before the first heartbeat is due
         while True:
             self._hold()
+            self._check_tracking_disk()
             if self.interrupts:
                 if self.sweep.on_interrupt == "detach":
                     return  # trials stay RUNNING; the next launch re-attaches to their jobs
@@ -208,6 +210,7 @@ class Scheduler:
     def _why_stop(self) -> tuple[str, bool] | None:
         """Why no more trials may start, if so, and whether that fails the sweep."""
         sweep = self.sweep
+        self._check_tracking_disk()  # before its error is taken for tracking's failure
         if self.jobs.refused:
             return self.jobs.refused, True
         if self.interrupts:
@@ -225,6 +228,11 @@ class Scheduler:
                 )
                 return reason, True
         return None
+
+    def _check_tracking_disk(self) -> None:
+        """Stop the sweep when MLflow's store could not be written for a full disk."""
+        if self.tracker.disk_full:
+            raise self.tracker.disk_full
 
     def _observe(self, flight: InFlight, points: list[MetricPoint]) -> None:
         """Report the pruning metric's new steps; stop the job when Optuna says prune."""
@@ -259,7 +267,8 @@ class Scheduler:
             self.jobs.tell(flight, TrialState.FAIL, result=result, reason=reason, rerun=True)
         else:
             reason = status.reason or f"job {status.state.value.lower()}"
-            rerun = status.infrastructure and self.budget.may_retry(flight.trial)
+            platform = status.infrastructure or says_disk_full(result.log_tail)
+            rerun = platform and self.budget.may_retry(flight.trial)
             self.jobs.tell(
                 flight,
                 TrialState.FAIL,
@@ -268,6 +277,8 @@ class Scheduler:
                 rerun=rerun,
                 detail=last_line(result.log_tail),
             )
+            if status.full_disk and nearly_full(status.full_disk):  # still: so would the next
+                raise DiskFull(status.full_disk, "no space left on device", reason)
 
 
 def objective_values(

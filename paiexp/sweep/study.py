@@ -136,7 +136,8 @@ def create_storage(location: str, outage: Outage | None = None) -> Any:
     """The storage at ``location``; with ``outage``, a database server's is patient (see
     :mod:`paiexp.sweep.patient_storage`)."""
     from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
+
+    from paiexp.sweep.journal import WholeRecordJournal
 
     if "://" in location:
         storage = rdb_storage(location)
@@ -149,7 +150,7 @@ def create_storage(location: str, outage: Outage | None = None) -> Any:
         # with the cache load_study would add; concrete (see patient_storage), mypy can't tell
         return PatientStorage(get_storage(storage), outage)  # type: ignore[abstract]
     Path(location).parent.mkdir(parents=True, exist_ok=True)
-    return JournalStorage(JournalFileBackend(location))
+    return JournalStorage(WholeRecordJournal(location))
 
 
 def storage_outage(

@@ -29,6 +29,7 @@ from paiexp.sweep.tracking_messages import (
 )
 
 if TYPE_CHECKING:
+    from paiexp.diskfull import DiskFull
     from paiexp.metrics import MetricPoint
     from paiexp.monitor import JobResult
 
@@ -43,6 +44,7 @@ class Tracker(ABC):
     def __init__(self) -> None:
         self.notify: Callable[[str], None] = _warn
         self._fatal: str | None = None
+        self._disk_full: DiskFull | None = None
         self._run_ids: dict[str, str] = {}
         self.experiment_id: str | None = None  # once closed: the runs' MLflow experiment
         self.registered: str | None = None  # once closed: what sweep.register did
@@ -65,6 +67,12 @@ class Tracker(ABC):
     def fatal(self) -> str | None:
         self.take_replies()
         return self._fatal
+
+    @property
+    def disk_full(self) -> DiskFull | None:
+        """The full disk that stopped the tracking, if one did."""
+        self.take_replies()
+        return self._disk_full
 
     @property
     def run_ids(self) -> dict[str, str]:

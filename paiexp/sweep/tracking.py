@@ -58,10 +58,11 @@ class SweepTracker(Tracker):
             match reply:
                 case RunCreated(job_name=job_name, run_id=run_id):
                     self._run_ids[job_name] = run_id
-                case CallFailed(text=text, fatal=fatal):
+                case CallFailed(text=text, fatal=fatal, disk_full=disk_full):
                     self.errors.append(text)
                     if fatal:
                         self._fatal = text
+                    self._disk_full = self._disk_full or disk_full
                 case Notice(text=text):
                     self.notify(text)
                 case Closed(uri=uri, experiment_id=experiment_id, registered=registered):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from paiexp.diskfull import DiskFull
 from paiexp.metrics import MetricPoint
 from paiexp.monitor import JobResult
 from paiexp.record import SourceInfo
@@ -165,10 +166,12 @@ class RunCreated:
 
 @dataclass(frozen=True)
 class CallFailed:
-    """A call failed; ``fatal`` when nothing can be tracked any more (no parent run)."""
+    """A call failed; ``fatal`` when nothing can be tracked any more (no parent run, a full
+    disk: then ``disk_full`` says which, and the launcher stops)."""
 
     text: str
     fatal: bool
+    disk_full: DiskFull | None = None
 
 
 @dataclass(frozen=True)

@@ -24,10 +24,12 @@ import signal
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, assert_never
 
+from paiexp.diskfull import DiskFull, disk_full
 from paiexp.metrics import MetricPoint
 from paiexp.monitor import JobMonitor, job_log
 from paiexp.outage import Outage, OutageTooLong
@@ -100,6 +102,7 @@ def serve(setup: TrackingSetup, calls: Any, replies: Any, launcher_pid: int) -> 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
     _yield_cpu()
     os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"  # retried whole, idempotently, here
+    quiet_about_full_disks()
     worker = TrackingWorker(setup)
     outage = tracking_outage(setup, lambda text: replies.put(Notice(text)))
     warmed = False
@@ -128,6 +131,11 @@ def serve(setup: TrackingSetup, calls: Any, replies: Any, launcher_pid: int) -> 
             created = apply_through_outages(worker, message, outage)
         except Exception as exc:  # tracking must never take the sweep down
             text = f"{call_name(message)}: {exc}"
+            full = tracking_disk_full(setup, exc)
+            if full is not None:  # the launcher stops; the next launch writes what is missing
+                worker.fatal = text
+                replies.put(CallFailed(text, True, full))
+                continue
             # nothing can be tracked without a parent run, nor while the server stays away
             fatal = not worker.parent_run_id or isinstance(exc, OutageTooLong)
             if fatal:
@@ -138,6 +146,25 @@ def serve(setup: TrackingSetup, calls: Any, replies: Any, launcher_pid: int) -> 
             continue
         if created is not None:  # the launcher labels the trial's job with its run
             replies.put(created)
+
+
+def tracking_disk_full(setup: TrackingSetup, exc: Exception) -> DiskFull | None:
+    """The full disk a call failed on, if it did: a SQLite store's own file unless the error
+    names another (an artifact), with the traceback for the launcher's log of details."""
+    uri = tracking_uri(setup.tracker_uri)
+    database = uri.removeprefix("sqlite:///") if uri.startswith("sqlite:///") else None
+    return disk_full(exc, database, "".join(traceback.format_exception(exc)))
+
+
+def quiet_about_full_disks() -> None:
+    """MLflow logs a database error with its whole dump before raising it: a full disk's is
+    left to the launcher's one line and its log of details."""
+
+    def not_disk_full(record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return error is None or disk_full(error) is None
+
+    logging.getLogger("mlflow.store.db.utils").addFilter(not_disk_full)
 
 
 def tracking_outage(setup: TrackingSetup, notify: Callable[[str], None]) -> Outage:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from paiexp.backends import JobHandle, JobRejected
+from paiexp.diskfull import disk_full
 from paiexp.errors import UserError
 from paiexp.monitor import JobMonitor, JobResult, job_log
 from paiexp.spec import JobSpec
@@ -154,6 +155,8 @@ class TrialJobs:
             self.refused = f"submission rejected: {exc}"
             return None
         except (OSError, RuntimeError) as exc:
+            if disk_full(exc):
+                raise  # no trial can start: the launcher stops, and this one runs next launch
             self.start_child(trial, spec, adopted=adopted is not None)
             self.fail(trial, f"submission failed: {exc}", job_name=name, infrastructure=True)
             return None

@@ -1,0 +1,110 @@
+"""The disk fills up mid-sweep, and is grown again.
+
+The project lives on a small tmpfs of this test's own (the test runs as root to mount it).
+Once the third trial's job has started, a ballast file takes every byte left: the launcher
+stops with one line naming what it could not write (exit 1, no traceback), the study journal,
+``mlflow.db`` and the jobs' state files still read as their last good state, and once the
+file system is grown the same command completes the study: each job ran once, and no trial
+is counted failed because of the disk.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conftest import clean_env, fill_disk, run_paiexp, wait_until
+from sweep_helpers import load_study, sweep_runs, synthetic_project
+
+pytestmark = pytest.mark.timeout(300)
+
+N_TRIALS = 6
+SWEEP = {
+    "params": {"x": "interval(-3, 3)", "duration": 1.0, "steps": 10, "model": "true"},
+    "n_trials": N_TRIALS,
+    "parallelism": 2,
+    "heartbeat_grace": 4,  # a trial asked for as the disk filled is adopted soon
+    "sampler": {"name": "random", "seed": 3},
+}
+LINE = "paiexp: error: no space left on device writing "
+ADVICE = ": free space, then run the same command again (details in "
+
+
+def assert_readable(root: Path) -> None:
+    """The journal, the tracking database and every job's state file read whole."""
+    load_study(root).get_trials(deepcopy=False)
+    with sqlite3.connect(f"file:{root / 'mlflow.db'}?mode=ro", uri=True) as database:
+        assert database.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    database.close()
+    for state in (root / ".paiexp" / "jobs").glob("*/state.json"):
+        json.loads(state.read_text())
+
+
+def test_a_full_disk_stops_the_sweep_in_one_line_and_the_relaunch_completes_it(
+    tmp_path: Path, small_disk: Path
+) -> None:
+    from optuna.trial import TrialState
+
+    root = synthetic_project(small_disk / "project", SWEEP)
+    ledger = tmp_path / "ledger.txt"  # off the small disk: every execution is counted
+    env = clean_env(LEDGER=str(ledger), TMPDIR=str(tmp_path))  # where details go if need be
+    output = tmp_path / "launcher.txt"
+    with open(output, "w") as stream:
+        launcher = subprocess.Popen(
+            [sys.executable, "-m", "paiexp", "+sweep=syn"],
+            cwd=root,
+            env=env,
+            stdout=stream,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_until(
+            lambda: ledger.exists() and len(ledger.read_text().splitlines()) >= 3,
+            120,
+            "the third trial's job to start",
+        )
+        printed_before = len(output.read_text().splitlines())
+        fill_disk(small_disk)
+        code = launcher.wait(timeout=120)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+
+    text = output.read_text()
+    assert code == 1, text
+    assert "Traceback" not in text and "sqlalchemy" not in text.lower(), text
+    since_full = text.splitlines()[printed_before:]
+    assert 1 <= len(since_full) <= 3, since_full  # at most the trials in flight, and the error
+    error = since_full[-1]
+    assert error.startswith(LINE) and ADVICE in error and error.endswith(")"), error
+    details = Path(error.rpartition("(details in ")[2].rstrip(")"))
+    assert "Traceback" in (details if details.is_absolute() else root / details).read_text()
+    assert_readable(root)  # the disk still full
+
+    subprocess.run(["mount", "-o", "remount,size=256m", str(small_disk)], check=True)
+    done = run_paiexp(root, "+sweep=syn", env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert_readable(root)
+
+    trials = load_study(root).get_trials(deepcopy=False)
+    complete = [t for t in trials if t.state is TrialState.COMPLETE]
+    assert len(complete) == N_TRIALS, [(t.number, t.state.name) for t in trials]
+    failed = [t for t in trials if t.state is TrialState.FAIL]
+    assert all(t.user_attrs.get("paiexp:retried") for t in failed), [
+        (t.number, t.user_attrs.get("paiexp:failure_reason")) for t in failed
+    ]  # a job the disk failed is the platform's failure: re-run, not counted
+    assert len(trials) == N_TRIALS + len(failed)
+    ran = [t for t in trials if "paiexp:job_id" in t.user_attrs]  # each trial with a job
+    executions = Counter(float(json.loads(line)["x"]) for line in ledger.read_text().splitlines())
+    assert executions == Counter(t.params["x"] for t in ran), "a job ran twice, or never"
+    _, children = sweep_runs(root)
+    runs = Counter(run.data.tags["paiexp.trial_number"] for run in children)
+    assert runs == Counter(str(t.number) for t in ran), "a trial has no run, or two"
+    statuses = {run.data.tags["paiexp.trial_number"]: run.info.status for run in children}
+    assert {statuses[str(t.number)] for t in complete} == {"FINISHED"}
