@@ -60,7 +60,8 @@ def ideal_makespan(durations: list[float]) -> float:
 def run_paiexp(root: Path) -> float:
     from paiexp.compose import compose as compose_config
     from paiexp.compose import locate_project, to_object
-    from paiexp.sweep.launcher import Launcher, prepare_sweep
+    from paiexp.sweep.launcher import Launcher
+    from paiexp.sweep.prepared import prepare_sweep
     from paiexp.sweep.progress import Progress
     from paiexp.sweep.scheduler import Scheduler
 

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from bench_project import write_project
 
 if TYPE_CHECKING:
-    from paiexp.sweep.launcher import PreparedSweep
+    from paiexp.sweep.prepared import PreparedSweep
 
 REPO = Path(__file__).resolve().parents[1]
 GOALS = {"utilization": 0.90, "cpu_ms": 5.0, "rss_mb": 400.0, "tpe_cost": 0.03}
@@ -93,7 +93,7 @@ def prepare_here(root: Path, args: argparse.Namespace, sampler: str) -> Prepared
     """The sweep's project made in ``root``, made the working directory, and the sweep
     prepared as ``python -m paiexp +sweep=scale`` would (tracked in ``./mlflow.db``)."""
     from paiexp.compose import compose, locate_project, to_object
-    from paiexp.sweep.launcher import prepare_sweep
+    from paiexp.sweep.prepared import prepare_sweep
 
     make_project(root, args, sampler)
     os.chdir(root)

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     from paiexp.compose import Project
     from paiexp.runs import PreparedJob
-    from paiexp.sweep.launcher import PreparedSweep
+    from paiexp.sweep.prepared import PreparedSweep
     from paiexp.tracking import MlflowTracker, TrackedRun
 
 EXIT_USER_ERROR = 2
@@ -206,7 +206,7 @@ def run_command(argv: Sequence[str]) -> int:
         raise UserError("--rerun: only a pipeline's steps run again; add +pipeline=NAME")
     config = to_object(cfg)
     if config.sweep is not None:
-        from paiexp.sweep.launcher import prepare_sweep
+        from paiexp.sweep.prepared import prepare_sweep
 
         sweep = prepare_sweep(cfg, config, project.base_dir, tuple(args.overrides))
         return _sweep(sweep)
@@ -419,8 +419,8 @@ def _run(job: PreparedJob, *, quiet: bool, extra_tags: dict[str, str] | None = N
 def _multirun(project: Project, overrides: Sequence[str]) -> int:
     """``-m``: the sweep overrides' combinations as a grid sweep (see paiexp.sweep.multirun)."""
     from paiexp.compose import compose, to_object
-    from paiexp.sweep.launcher import prepare_sweep
     from paiexp.sweep.multirun import apply_grid, split_multirun
+    from paiexp.sweep.prepared import prepare_sweep
 
     plain, grid = split_multirun(overrides)
     cfg = compose(project, plain, multirun=True)

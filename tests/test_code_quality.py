@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import REPO
@@ -29,3 +31,38 @@ def test_mypy_passes() -> None:
 def test_readme_test_command_is_what_ci_runs() -> None:
     ci_command = (REPO / ".ci" / "run").read_text().strip().splitlines()[-1]
     assert ci_command in (REPO / "README.md").read_text()
+
+
+def test_the_sweep_package_imports_one_way() -> None:
+    """No module of paiexp.sweep imports, even for type checking only, one that imports it
+    back: the types every part shares live below them (paiexp.sweep.prepared)."""
+    imports = {
+        f"paiexp.sweep.{path.stem}": sorted(_imported(path, "paiexp.sweep."))
+        for path in (REPO / "paiexp" / "sweep").glob("*.py")
+    }
+    order: list[str] = []
+    visiting: list[str] = []
+
+    def visit(module: str) -> None:
+        if module in order:
+            return
+        assert module not in visiting, " -> ".join([*visiting, module])
+        visiting.append(module)
+        for imported in imports.get(module, ()):
+            visit(imported)
+        visiting.pop()
+        order.append(module)
+
+    for module in imports:
+        visit(module)
+
+
+def _imported(path: Path, prefix: str) -> set[str]:
+    """The modules starting with ``prefix`` that ``path`` imports anywhere in it."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(prefix):
+            found.add(str(node.module))
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.startswith(prefix))
+    return found

@@ -23,8 +23,9 @@ from sweep_helpers import synthetic_project, third_trial_pruned
 from paiexp.backends import JobState
 from paiexp.compose import compose, locate_project, to_object
 from paiexp.spec import JobSpec
-from paiexp.sweep.launcher import Launcher, PreparedSweep, SweepOutcome, prepare_sweep
+from paiexp.sweep.launcher import Launcher
 from paiexp.sweep.opening import open_study
+from paiexp.sweep.prepared import PreparedSweep, SweepOutcome, prepare_sweep
 from paiexp.sweep.progress import Progress
 from paiexp.sweep.records import JOB_NAME, OWNER, job_name
 from paiexp.sweep.resume import reopen

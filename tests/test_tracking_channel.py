@@ -15,6 +15,7 @@ from mlflow.tracking import MlflowClient
 
 from paiexp.record import make_record
 from paiexp.spec import JobSpec
+from paiexp.sqlite_store import create_sqlite_database, template_path
 from paiexp.sweep import tracking_worker
 from paiexp.sweep.opening import LEADER_ATTR, PARENT_RUN_ATTR
 from paiexp.sweep.ownership import study_storage
@@ -32,13 +33,7 @@ from paiexp.sweep.tracking_messages import (
     UpdateBest,
 )
 from paiexp.sweep.tracking_worker import TrackingWorker
-from paiexp.tracking import (
-    MAX_TAG_CHARS,
-    PARAM_MAX_CHARS,
-    MlflowTracker,
-    _template_path,
-    create_sqlite_database,
-)
+from paiexp.tracking import MAX_TAG_CHARS, PARAM_MAX_CHARS, MlflowTracker
 
 
 def setup_in(root: Path, tracker_uri: str | None = None) -> TrackingSetup:
@@ -258,14 +253,14 @@ def test_a_new_database_is_a_copy_of_mlflows_own_schema(
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
-    assert not _template_path().exists()
+    assert not template_path().exists()
     built = tmp_path / "built.db"
     create_sqlite_database(f"sqlite:///{built}")  # builds the cached template, then copies it
     mlflows = tmp_path / "mlflows.db"
     _get_store(f"sqlite:///{mlflows}").engine.dispose()  # MLflow's own build of a new file
-    assert schema(_template_path()) == schema(built) == schema(mlflows)
+    assert schema(template_path()) == schema(built) == schema(mlflows)
     assert schema(built)[2] == b"\x01\x01"
-    assert not list(_template_path().parent.glob(".*creating"))
+    assert not list(template_path().parent.glob(".*creating"))
 
     # A copy of the cached schema is what MLflow opens and writes without migrating.
     tracker = MlflowTracker(f"sqlite:///{tmp_path / 'copied.db'}", "fresh")

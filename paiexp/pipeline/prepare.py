@@ -26,7 +26,7 @@ from paiexp.pipeline.state import PipelineState
 from paiexp.pipeline.step_config import StepConfigs
 from paiexp.runs import PreparedJob
 from paiexp.spec import build_spec
-from paiexp.sweep.launcher import PreparedSweep, prepare_sweep
+from paiexp.sweep.prepared import PreparedSweep, prepare_sweep
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 from paiexp.pipeline.execution import StepOutcome
 from paiexp.pipeline.shapes import best_params
 from paiexp.pipeline.state import StepStatus
-from paiexp.sweep.launcher import Launcher, PreparedSweep
+from paiexp.sweep.launcher import Launcher
 from paiexp.sweep.opening import PARENT_RUN_ATTR
+from paiexp.sweep.prepared import PreparedSweep
 from paiexp.sweep.progress import Progress, RunningSweep, print_summary
 from paiexp.sweep.records import JOB_NAME
 from paiexp.sweep.tracking import SweepTracker

@@ -1,6 +1,7 @@
 """The asynchronous sweep launcher: Optuna ask/tell over backend jobs, crash-safe.
 
-A sweep is checked whole before anything exists (:func:`prepare_sweep`), then launched: its
+A sweep is checked whole before anything exists (:func:`~paiexp.sweep.prepared.prepare_sweep`),
+then launched: its
 study opened (:mod:`~paiexp.sweep.opening`), its parent run opened
 (:mod:`~paiexp.sweep.parent_run`), and trials run by the loop (:mod:`~paiexp.sweep.scheduler`)
 within the study's budget (:mod:`~paiexp.sweep.budget`), each trial's job and run handled by
@@ -18,126 +19,20 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
 
-from omegaconf import DictConfig
-
-from paiexp.backends import Backend, create_backend
-from paiexp.config import Config, SweepConfig
-from paiexp.errors import UserError
-from paiexp.record import SourceInfo, source_info
 from paiexp.sweep.budget import TrialBudget
 from paiexp.sweep.opening import PARENT_RUN_ATTR, open_study
 from paiexp.sweep.ownership import launcher_identity
 from paiexp.sweep.parent_run import left_by_launchers_gone, parent_run, running_elsewhere
+from paiexp.sweep.prepared import PreparedSweep, SweepOutcome
 from paiexp.sweep.progress import Progress
 from paiexp.sweep.resume import finished_before
 from paiexp.sweep.scheduler import Scheduler
-from paiexp.sweep.space import SearchSpace, parse_space
-from paiexp.sweep.study import (
-    Objective,
-    PruningSignal,
-    check_sweep_settings,
-    parse_objectives,
-    storage_location,
-)
 from paiexp.sweep.tracker_protocol import TrackerFactory
 from paiexp.sweep.tracking import SweepTracker
-from paiexp.sweep.tracking_messages import BestRun, TrackingSetup
+from paiexp.sweep.tracking_messages import TrackingSetup
 from paiexp.sweep.trial_jobs import TrialJobs
-from paiexp.sweep.trials import TrialBuilder
-from paiexp.tracking import check_tracking_server, tracking_uri
-
-if TYPE_CHECKING:
-    from optuna import Study
-
-
-@dataclass(frozen=True)
-class PreparedSweep:
-    """A validated sweep: nothing has been created yet."""
-
-    config: Config
-    sweep: SweepConfig
-    space: SearchSpace
-    trials: TrialBuilder
-    objectives: list[Objective]
-    pruning: PruningSignal | None
-    storage: str
-    study_name: str
-    backend: Backend
-    base_dir: Path
-    overrides: tuple[str, ...]
-    source: SourceInfo | None
-
-
-def prepare_sweep(
-    cfg: DictConfig, config: Config, base_dir: Path, overrides: tuple[str, ...]
-) -> PreparedSweep:
-    """Check everything a user can get wrong in a sweep, before any trial exists."""
-    sweep = config.sweep
-    assert sweep is not None
-    space = parse_space(sweep.params)
-    backend = create_backend(config.backend, base_dir)
-    trials = TrialBuilder(cfg, space, base_dir)
-    probe = trials.spec(space.first_point(), "validate")
-    backend.validate(probe)
-    objectives = parse_objectives(sweep.objective, probe.metric_definitions)
-    pruning = check_sweep_settings(sweep, objectives, probe.metric_definitions)
-    if sweep.register is not None and len(objectives) > 1:
-        raise UserError(
-            "sweep.register: a multi-objective study has no one best trial to register; "
-            "set sweep.register null"
-        )
-    sampled = {name for name in space.params if name not in space.fixed()}
-    for index, point in enumerate(sweep.enqueue):
-        unknown = set(point) - sampled
-        if unknown:
-            raise UserError(
-                f"sweep.enqueue[{index}]: {sorted(unknown)[0]!r} is not a searched "
-                f"parameter; searched: {', '.join(sorted(sampled))}"
-            )
-    if config.tracker.outage_timeout <= 0:
-        raise UserError(
-            f"tracker.outage_timeout: must be > 0 seconds, got {config.tracker.outage_timeout}"
-        )
-    check_tracking_server(tracking_uri(config.tracker.uri))  # last: it asks the network
-    return PreparedSweep(
-        config=config,
-        sweep=sweep,
-        space=space,
-        trials=trials,
-        objectives=objectives,
-        pruning=pruning,
-        storage=storage_location(sweep.storage, base_dir),
-        study_name=sweep.study_name or sweep.name,
-        backend=backend,
-        base_dir=base_dir,
-        overrides=overrides,
-        source=source_info(probe.source_dir),
-    )
-
-
-@dataclass
-class SweepOutcome:
-    study: Study
-    stop_reason: str | None
-    failed: bool  # stopped by failures (max_failures, tracking), not by its budget
-    interrupted: bool
-    tracker_uri: str | None
-    tracking_errors: list[str]
-    experiment_id: str | None = None
-    registered: str | None = None  # sweep.register's outcome
-    best: BestRun | None = None  # the best trial's run and model, as MLflow has them
-
-    @property
-    def completed(self) -> bool:
-        """Whether any trial of the study completed (a sweep without one failed)."""
-        from optuna.trial import TrialState
-
-        return bool(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
 
 
 class Launcher:

@@ -25,7 +25,7 @@ from paiexp.sweep.study import create_pruner, create_sampler, create_storage, st
 if TYPE_CHECKING:
     from optuna import Study
 
-    from paiexp.sweep.launcher import PreparedSweep
+    from paiexp.sweep.prepared import PreparedSweep
 
 # How long a launcher that did not create the study waits for its creator's sweep id (the
 # creator writes it right after creating the study); then the study is taken to have been

@@ -15,7 +15,7 @@ from paiexp.tracking import STUDY_NAME_TAG
 if TYPE_CHECKING:
     from optuna import Study
 
-    from paiexp.sweep.launcher import PreparedSweep
+    from paiexp.sweep.prepared import PreparedSweep
     from paiexp.sweep.tracking_messages import FinishedTrial
 
 

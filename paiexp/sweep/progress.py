@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from optuna import Study
     from optuna.trial import FrozenTrial
 
-    from paiexp.sweep.launcher import SweepOutcome
+    from paiexp.sweep.prepared import SweepOutcome
     from paiexp.sweep.study import Objective
     from paiexp.sweep.tracking_messages import BestRun
 

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from optuna.trial import FrozenTrial, TrialState
 
     from paiexp.sweep.budget import TrialBudget
-    from paiexp.sweep.launcher import PreparedSweep
+    from paiexp.sweep.prepared import PreparedSweep
     from paiexp.sweep.progress import Progress
     from paiexp.sweep.tracker_protocol import Tracker
 

@@ -1,0 +1,114 @@
+"""A sweep checked whole before anything exists (:func:`prepare_sweep`), and what a launch of
+it came to (:class:`SweepOutcome`): the types every part of a sweep shares, below them all."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from omegaconf import DictConfig
+
+from paiexp.backends import Backend, create_backend
+from paiexp.config import Config, SweepConfig
+from paiexp.errors import UserError
+from paiexp.record import SourceInfo, source_info
+from paiexp.sweep.space import SearchSpace, parse_space
+from paiexp.sweep.study import (
+    Objective,
+    PruningSignal,
+    check_sweep_settings,
+    parse_objectives,
+    storage_location,
+)
+from paiexp.sweep.tracking_messages import BestRun
+from paiexp.sweep.trials import TrialBuilder
+from paiexp.tracking import check_tracking_server, tracking_uri
+
+if TYPE_CHECKING:
+    from optuna import Study
+
+
+@dataclass(frozen=True)
+class PreparedSweep:
+    """A validated sweep: nothing has been created yet."""
+
+    config: Config
+    sweep: SweepConfig
+    space: SearchSpace
+    trials: TrialBuilder
+    objectives: list[Objective]
+    pruning: PruningSignal | None
+    storage: str
+    study_name: str
+    backend: Backend
+    base_dir: Path
+    overrides: tuple[str, ...]
+    source: SourceInfo | None
+
+
+def prepare_sweep(
+    cfg: DictConfig, config: Config, base_dir: Path, overrides: tuple[str, ...]
+) -> PreparedSweep:
+    """Check everything a user can get wrong in a sweep, before any trial exists."""
+    sweep = config.sweep
+    assert sweep is not None
+    space = parse_space(sweep.params)
+    backend = create_backend(config.backend, base_dir)
+    trials = TrialBuilder(cfg, space, base_dir)
+    probe = trials.spec(space.first_point(), "validate")
+    backend.validate(probe)
+    objectives = parse_objectives(sweep.objective, probe.metric_definitions)
+    pruning = check_sweep_settings(sweep, objectives, probe.metric_definitions)
+    if sweep.register is not None and len(objectives) > 1:
+        raise UserError(
+            "sweep.register: a multi-objective study has no one best trial to register; "
+            "set sweep.register null"
+        )
+    sampled = {name for name in space.params if name not in space.fixed()}
+    for index, point in enumerate(sweep.enqueue):
+        unknown = set(point) - sampled
+        if unknown:
+            raise UserError(
+                f"sweep.enqueue[{index}]: {sorted(unknown)[0]!r} is not a searched "
+                f"parameter; searched: {', '.join(sorted(sampled))}"
+            )
+    if config.tracker.outage_timeout <= 0:
+        raise UserError(
+            f"tracker.outage_timeout: must be > 0 seconds, got {config.tracker.outage_timeout}"
+        )
+    check_tracking_server(tracking_uri(config.tracker.uri))  # last: it asks the network
+    return PreparedSweep(
+        config=config,
+        sweep=sweep,
+        space=space,
+        trials=trials,
+        objectives=objectives,
+        pruning=pruning,
+        storage=storage_location(sweep.storage, base_dir),
+        study_name=sweep.study_name or sweep.name,
+        backend=backend,
+        base_dir=base_dir,
+        overrides=overrides,
+        source=source_info(probe.source_dir),
+    )
+
+
+@dataclass
+class SweepOutcome:
+    study: Study
+    stop_reason: str | None
+    failed: bool  # stopped by failures (max_failures, tracking), not by its budget
+    interrupted: bool
+    tracker_uri: str | None
+    tracking_errors: list[str]
+    experiment_id: str | None = None
+    registered: str | None = None  # sweep.register's outcome
+    best: BestRun | None = None  # the best trial's run and model, as MLflow has them
+
+    @property
+    def completed(self) -> bool:
+        """Whether any trial of the study completed (a sweep without one failed)."""
+        from optuna.trial import TrialState
+
+        return bool(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
