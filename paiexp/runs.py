@@ -85,6 +85,15 @@ def execute(
     extra_tags: dict[str, str] | None = None,
 ) -> tuple[str, JobResult]:
     """Track, submit and follow a prepared job to its end; returns the run id and result."""
+    run_id, handle = submit(job, tracker, extra_tags=extra_tags)
+    result = follow(job.backend, handle, job.spec, tracker, run_id, job.base_dir, echo=echo)
+    return run_id, result
+
+
+def submit(
+    job: PreparedJob, tracker: Any, *, extra_tags: dict[str, str] | None = None
+) -> tuple[str, JobHandle]:
+    """Track and submit a prepared job: its run id, and its handle on the backend."""
     record = make_record(job.data, job.spec, project_dir=job.base_dir, overrides=job.overrides)
     run_id = tracker.create_run(record, extra_tags=extra_tags)
     tracker.log_record(run_id, record)
@@ -96,8 +105,7 @@ def execute(
         raise
     tracker.set_tags(run_id, {"paiexp.job_id": handle.id, "paiexp.status": "SUBMITTED"})
     _say(f"job {job.spec.name} submitted to backend={job.backend.name} (MLflow run {run_id})")
-    result = follow(job.backend, handle, job.spec, tracker, run_id, job.base_dir, echo=echo)
-    return run_id, result
+    return run_id, handle
 
 
 def follow(

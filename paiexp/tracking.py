@@ -73,12 +73,12 @@ class TrackedRun:
     deleted: bool = False
 
 
-def tracking_uri(uri: str | None) -> str:
+def tracking_uri(uri: str | None, base_dir: Path | None = None) -> str:
     """The tracking URI MLflow uses for ``tracker.uri``, known without importing MLflow:
-    ``uri``, else ``$MLFLOW_TRACKING_URI``, else sqlite:///mlflow.db in the working directory."""
-    return (
-        uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{os.path.abspath('mlflow.db')}"
-    )
+    ``uri``, else ``$MLFLOW_TRACKING_URI``, else sqlite:///mlflow.db in ``base_dir`` (default:
+    the working directory, where the command runs)."""
+    default = Path(os.path.abspath(base_dir or ".")) / "mlflow.db"
+    return uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{default}"
 
 
 def check_tracking_server(uri: str) -> None:
@@ -491,6 +491,15 @@ class MlflowTracker:
             max_results=50000,
         )
         return {run.data.tags.get(JOB_NAME_TAG, ""): _tracked(run) for run in found}
+
+    def final_metrics(self, run_id: str) -> dict[str, float]:
+        """Each metric's last value on the run."""
+        return dict(self._client.get_run(run_id).data.metrics)
+
+    def metric_series(self, run_id: str, name: str) -> list[tuple[int, float]]:
+        """A metric's (step, value) points on the run, by step."""
+        history = self._client.get_metric_history(run_id, name)
+        return sorted((m.step, m.value) for m in history)
 
     def logged_steps(self, run_id: str, names: Iterable[str]) -> dict[str, set[int]]:
         """The steps of each metric a run holds."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import secrets
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -95,6 +96,10 @@ def open_study(
             f"sweep.objective: study {prepared.study_name!r} optimizes "
             f"{existing}, this sweep {directions}; use another sweep.study_name"
         )
+    if study.metric_names is None:  # the objectives' names, for whoever reads the study
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names([o.metric for o in prepared.objectives])
     leader = _lead(study, created, owner)
     for point in sweep.enqueue:
         study.enqueue_trial(dict(point), skip_if_exists=True)

@@ -1,0 +1,402 @@
+"""The Python API's jobs: composed as the command line composes them (or from keyword
+arguments alone), run blocking or not on any backend, tracked exactly as the CLI tracks
+them, and a handle on each: status, wait, stop, log, metrics, outputs, model, download.
+
+Cheap to import: Hydra, MLflow and the backends load when a job is composed or run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+
+from paiexp.errors import ConfigError, UserError
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from paiexp.backends import Backend, JobHandle
+    from paiexp.config import Config
+    from paiexp.monitor import JobResult
+    from paiexp.runs import PreparedJob
+    from paiexp.spec import JobSpec
+    from paiexp.tracking import MlflowTracker
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def user_errors(call: Callable[P, R]) -> Callable[P, R]:
+    """An API call whose user mistakes raise :class:`ConfigError`, with the CLI's one line."""
+
+    @functools.wraps(call)
+    def checked(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return call(*args, **kwargs)
+        except ConfigError:
+            raise
+        except UserError as exc:
+            raise ConfigError(str(exc)) from None
+
+    return checked
+
+
+@dataclass(frozen=True)
+class Composed:
+    """A composed, validated config: a job's, or a sweep's or pipeline's (``kind``)."""
+
+    cfg: DictConfig
+    config: Config
+    base_dir: Path
+    overrides: tuple[str, ...] = ()
+    search_dirs: tuple[Path, ...] = ()
+
+    @property
+    def kind(self) -> str:
+        """``job``, ``sweep`` or ``pipeline``."""
+        if self.config.pipeline is not None:
+            return "pipeline"
+        return "sweep" if self.config.sweep is not None else "job"
+
+    @property
+    def spec(self) -> JobSpec:
+        """The job as it would be submitted."""
+        return self.prepared().spec
+
+    def prepared(self) -> PreparedJob:
+        from paiexp.runs import prepare_config
+
+        return prepare_config(self.cfg, self.base_dir, self.overrides)
+
+
+@user_errors
+def from_project(
+    *overrides: str,
+    project: str | os.PathLike[str] = ".",
+    config_dirs: Sequence[str | os.PathLike[str]] = (),
+    config_name: str = "config",
+) -> Composed:
+    """A project's config composed with Hydra ``overrides``, exactly as ``python -m paiexp
+    OVERRIDES`` run in ``project`` composes it (``config_dirs``: as ``--config-dir``); the job
+    (or the sweep, ``+sweep=NAME``) is validated before anything is returned."""
+    from paiexp.compose import compose as compose_config
+    from paiexp.compose import locate_project, to_object
+
+    root = Path(project).absolute()
+    located = locate_project(
+        str(root / "conf"), config_name, [str(Path(d).absolute()) for d in config_dirs]
+    )
+    cfg = compose_config(located, overrides)
+    composed = Composed(
+        cfg, to_object(cfg), located.base_dir, tuple(overrides), located.search_dirs
+    )
+    _validate(composed)
+    return composed
+
+
+@user_errors
+def job(
+    *,
+    command: str,
+    name: str = "job",
+    source_dir: str | None = None,
+    image: str | None = None,
+    instance_type: str | None = None,
+    instance_count: int = 1,
+    hyperparameters: Mapping[str, Any] | None = None,
+    inputs: Mapping[str, str] | None = None,
+    outputs: Mapping[str, str | None] | None = None,
+    environments: Mapping[str, str] | None = None,
+    requirements: Sequence[str] = (),
+    max_run_time: int | None = None,
+    metric_definitions: Sequence[Mapping[str, str]] = (),
+    output_parameters: Sequence[str] = (),
+    labels: Mapping[str, str] | None = None,
+    backend: str | Mapping[str, Any] = "local",
+    tracker: Mapping[str, Any] | None = None,
+    project: str | os.PathLike[str] = ".",
+    **unknown: Any,
+) -> Composed:
+    """A job from keyword arguments alone, no ``conf/`` needed: the same schema and checks as
+    a ``conf/job/*.yaml`` file (relative paths are ``project``'s).  ``backend``: a backend's
+    name, or its settings with ``name``; ``tracker``: ``{uri, experiment, ...}``."""
+    if unknown:
+        from paiexp.config import JobConfig
+
+        known = ", ".join(JobConfig.__dataclass_fields__)
+        raise UserError(f"job.{next(iter(unknown))}: unknown key; a job has {known}")
+    values: dict[str, Any] = {
+        "name": name,
+        "command": command,
+        "source_dir": source_dir,
+        "image": image,
+        "instance_type": instance_type,
+        "instance_count": instance_count,
+        "hyperparameters": dict(hyperparameters or {}),
+        "inputs": dict(inputs or {}),
+        "outputs": dict(outputs or {}),
+        "environments": dict(environments or {}),
+        "requirements": list(requirements),
+        "max_run_time": max_run_time,
+        "metric_definitions": [dict(d) for d in metric_definitions],
+        "output_parameters": list(output_parameters),
+        "labels": dict(labels or {}),
+    }
+    settings = {"name": backend} if isinstance(backend, str) else dict(backend)
+    base_dir = Path(project).absolute()
+    cfg = _tracked_in(_structured(values, settings, dict(tracker or {})), base_dir)
+    composed = Composed(cfg, _to_object(cfg), base_dir)
+    _validate(composed)
+    return composed
+
+
+def _structured(
+    job_values: dict[str, Any], backend: dict[str, Any], tracker: dict[str, Any]
+) -> DictConfig:
+    """The root config of the schema, checked as Hydra checks a composed one."""
+    from omegaconf import DictConfig, OmegaConf
+
+    from paiexp.compose import describe_error
+    from paiexp.config import BACKENDS, Config, JobConfig, TrackerConfig
+
+    name = backend.get("name", "local")
+    if name not in BACKENDS:
+        raise UserError(
+            f"backend.name: invalid value {name!r}; expected one of {', '.join(BACKENDS)}"
+        )
+    try:
+        root = OmegaConf.structured(
+            Config(
+                job=JobConfig(name="job", command="true"),
+                backend=BACKENDS[name].schema(),
+                tracker=TrackerConfig(),
+            )
+        )
+        merged = OmegaConf.merge(root, {"job": job_values, "backend": backend, "tracker": tracker})
+    except Exception as exc:  # OmegaConf's validation errors: one line naming the key
+        raise UserError(describe_error(exc)) from None
+    assert isinstance(merged, DictConfig)
+    return merged
+
+
+@contextlib.contextmanager
+def _working_in(directory: Path) -> Iterator[None]:
+    """The working directory ``directory`` meanwhile: where the command line would run."""
+    previous = os.getcwd()
+    os.chdir(directory)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
+
+
+def _tracked_in(cfg: DictConfig, base_dir: Path) -> DictConfig:
+    """``cfg`` whose default tracking store is the project's ``mlflow.db``, as when the
+    command line runs in the project's directory (this process may run anywhere)."""
+    from paiexp.tracking import tracking_uri
+
+    cfg.tracker.uri = tracking_uri(cfg.tracker.uri, base_dir)
+    return cfg
+
+
+def _to_object(cfg: DictConfig) -> Config:
+    from paiexp.compose import to_object
+
+    return to_object(cfg)
+
+
+def _validate(composed: Composed) -> None:
+    """Every check the command line makes before it submits or tracks anything."""
+    if composed.kind == "job":
+        composed.prepared()
+    elif composed.kind == "sweep":
+        from paiexp.sweep.prepared import prepare_sweep
+
+        prepare_sweep(composed.cfg, composed.config, composed.base_dir, composed.overrides)
+
+
+@user_errors
+def run(composed: Composed, *, wait: bool = True, echo: bool = False) -> Job:
+    """Run a composed job: tracked in MLflow exactly as ``python -m paiexp`` tracks it.
+    ``wait=False`` returns once the job is submitted; it is followed (its metrics logged,
+    its run closed) in the background, and :meth:`Job.wait` waits for it.  ``echo``: print
+    the job's log as it comes."""
+    from paiexp.runs import follow, open_tracker, submit
+
+    if composed.kind != "job":
+        instead = "paiexp.start_sweep()" if composed.kind == "sweep" else "python -m paiexp"
+        raise UserError(f"run: this config is a {composed.kind}; run it with {instead}")
+    prepared = composed.prepared()
+    with _working_in(prepared.base_dir):  # MLflow's local artifacts: the project's mlruns/
+        tracker = open_tracker(prepared.config)
+        run_id, handle = submit(prepared, tracker)
+    handle_ = Job(prepared.spec.name, run_id, prepared.base_dir, prepared.backend, handle, tracker)
+
+    def following() -> None:
+        handle_.result = follow(
+            prepared.backend,
+            handle,
+            prepared.spec,
+            tracker,
+            run_id,
+            prepared.base_dir,
+            echo=print if echo else None,
+        )
+
+    handle_.follower = threading.Thread(target=following, name=f"paiexp-{handle.name}")
+    handle_.follower.daemon = True
+    handle_.follower.start()
+    if wait:
+        handle_.wait()
+    return handle_
+
+
+@user_errors
+def attach_job(name_or_run_id: str, *, tracker_uri: str | None = None, wait: bool = False) -> Job:
+    """The handle of a job started anywhere (by name, or by its MLflow run's id), found
+    through its run as ``paiexp attach`` finds it: re-attached, never submitted again.  A
+    job still running is followed (its run closed when it ends) in the background."""
+    import json
+
+    from paiexp.backends import create_backend
+    from paiexp.compose import from_yaml
+    from paiexp.runs import follow
+    from paiexp.spec import JobSpec
+    from paiexp.tracking import (
+        CONFIG_ARTIFACT,
+        SPEC_ARTIFACT,
+        TERMINAL_RUN_STATUSES,
+        MlflowTracker,
+    )
+
+    tracker = MlflowTracker(tracker_uri, "paiexp")
+    tracked = tracker.get_run(name_or_run_id) if _is_run_id(name_or_run_id) else None
+    tracked = tracked or tracker.find_run(name_or_run_id)
+    if tracked is None or "paiexp.job_name" not in tracked.tags:
+        raise UserError(f"attach: no MLflow run in {tracker.uri} tracks a job {name_or_run_id!r}")
+    name = tracked.tags["paiexp.job_name"]
+    base_dir = Path(tracked.tags["paiexp.project_dir"])
+    stored = _to_object(from_yaml(tracker.load_text(tracked.run_id, CONFIG_ARTIFACT)))
+    backend = create_backend(stored.backend, base_dir)
+    handle = backend.find(name)
+    if handle is None:
+        raise UserError(f"attach: backend={backend.name} has no job named {name!r}")
+    attached = Job(name, tracked.run_id, base_dir, backend, handle, tracker)
+    if tracked.status not in TERMINAL_RUN_STATUSES:
+        spec = JobSpec.from_dict(json.loads(tracker.load_text(tracked.run_id, SPEC_ARTIFACT)))
+        logged = tracker.logged_steps(tracked.run_id, [d.name for d in spec.metric_definitions])
+
+        def following() -> None:
+            attached.result = follow(
+                backend, handle, spec, tracker, tracked.run_id, base_dir, echo=None, logged=logged
+            )
+
+        attached.follower = threading.Thread(target=following, daemon=True)
+        attached.follower.start()
+    if wait:
+        attached.wait()
+    return attached
+
+
+def _is_run_id(text: str) -> bool:
+    return len(text) == 32 and all(c in "0123456789abcdef" for c in text)
+
+
+@dataclass
+class Job:
+    """A job on its backend and its MLflow run."""
+
+    name: str
+    run_id: str
+    base_dir: Path
+    backend: Backend = field(repr=False)
+    handle: JobHandle = field(repr=False)
+    tracker: MlflowTracker = field(repr=False)
+    follower: threading.Thread | None = field(default=None, repr=False)
+    result: JobResult | None = field(default=None, repr=False)
+
+    @property
+    def status(self) -> str:
+        """SUBMITTED, PENDING, RUNNING, SUCCEEDED, FAILED or STOPPED, as the backend says."""
+        return self.backend.poll([self.handle])[self.handle.id].state.value
+
+    def wait(self, timeout: float | None = None) -> Job:
+        """Until the job ended and its run is closed; TimeoutError after ``timeout`` s."""
+        if self.follower is not None:
+            self.follower.join(timeout)
+            if self.follower.is_alive():
+                raise TimeoutError(f"job {self.name} still {self.status} after {timeout} s")
+        return self
+
+    def stop(self) -> None:
+        """Stop the job (as a first Ctrl-C does: its run ends KILLED)."""
+        self.backend.stop(self.handle)
+
+    def log(self) -> str:
+        """The job's log so far."""
+        return "\n".join(self.log_lines())
+
+    def log_lines(self) -> Iterator[str]:
+        """The job's log lines so far, in order."""
+        cursor = 0
+        while True:
+            chunk = self.backend.read_logs(self.handle, cursor, final=True)
+            if not chunk.lines or chunk.cursor == cursor:
+                return
+            yield from chunk.lines
+            cursor = chunk.cursor
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        """Each metric's final value, as its run holds it."""
+        return self.tracker.final_metrics(self.run_id)
+
+    def metric_series(self, name: str) -> list[tuple[int, float]]:
+        """A metric's (step, value) points."""
+        return self.tracker.metric_series(self.run_id, name)
+
+    @property
+    def output_parameters(self) -> dict[str, float]:
+        return self.backend.output_parameters(self.handle)
+
+    @property
+    def outputs(self) -> dict[str, str]:
+        """Output channel -> URI."""
+        return self.backend.outputs(self.handle)
+
+    @property
+    def model_uri(self) -> str | None:
+        return self.outputs.get("model")
+
+    def download(self, dest: str | os.PathLike[str], *, channel: str = "model") -> list[Path]:
+        """An output channel's files (the model by default) into ``dest``."""
+        return _download(self, channel, Path(dest))
+
+    @property
+    def ui_url(self) -> str:
+        """The run's page in the MLflow UI (a tracking server's, or ``mlflow ui``'s)."""
+        from paiexp.browse import run_url, ui_address
+
+        _, base = ui_address(self.tracker.uri)
+        tracked = self.tracker.get_run(self.run_id)
+        assert tracked is not None
+        return run_url(base, tracked.experiment_id, self.run_id)
+
+
+@user_errors
+def _download(job: Job, channel: str, dest: Path) -> list[Path]:
+    from paiexp.compose import from_yaml
+    from paiexp.download import download
+    from paiexp.tracking import CONFIG_ARTIFACT
+
+    uri = job.outputs.get(channel)
+    if uri is None:
+        raise UserError(f"channel: job {job.name} has no output channel {channel!r}")
+    stored = _to_object(from_yaml(job.tracker.load_text(job.run_id, CONFIG_ARTIFACT)))
+    return download(uri, dest, stored.backend)

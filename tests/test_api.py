@@ -1,0 +1,263 @@
+"""paiexp as a library: jobs and sweeps from Python, over the command line's own code paths.
+
+A job composed from keyword arguments alone runs and is tracked as a CLI run is; mistakes
+raise ``paiexp.ConfigError`` with the CLI's one line, before anything is tracked; a sweep
+launched without waiting outlives the process that launched it and is attached from another;
+a sweep started from the command line is read and stopped from Python while it runs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import (
+    all_runs,
+    assert_nothing_started,
+    assert_one_line_error,
+    clean_env,
+    run_paiexp,
+    wait_until,
+)
+from sweep_helpers import load_study, synthetic_project
+
+import paiexp
+
+HEAVY = ("mlflow", "optuna", "oss2", "docker", "alibabacloud_paistudio20220112", "pandas")
+METRICS = [{"name": "acc", "regex": r"acc=([0-9.]+)"}]
+
+
+def python(root: Path, code: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``code`` run by a Python process of its own (its jobs' executions in ledger.txt)."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=root,
+        env=clean_env(LEDGER=str(root / "ledger.txt")),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_import_paiexp_loads_no_heavy_library(tmp_path: Path) -> None:
+    done = python(
+        tmp_path,
+        f"""
+        import sys
+        import paiexp
+        assert callable(paiexp.run) and callable(paiexp.start_sweep) and paiexp.ConfigError
+        print(sorted(n for n in sys.modules if n.split(".")[0] in {HEAVY!r}))
+        """,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("backend", ["local", "docker"])
+def test_a_job_from_keyword_arguments_is_tracked_as_a_cli_run(
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    settings: dict[str, Any] = {"name": backend}
+    if backend == "docker":
+        settings["image"] = request.getfixturevalue("docker_image")
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text(
+        "import json, os\n"
+        "hps = json.loads(os.environ['PAI_HPS'])\n"
+        "print(f\"acc={hps['lr']}\")\n"
+        "open(os.path.join(os.environ['PAI_OUTPUT_MODEL'], 'm.txt'), 'w').write('m')\n"
+    )
+    job = paiexp.run(
+        paiexp.job(
+            name="kw",
+            command="python3 train.py",
+            source_dir="code",
+            hyperparameters={"lr": 0.5},
+            metric_definitions=METRICS,
+            backend=settings,
+            project=tmp_path,
+        )
+    )
+    assert job.status == "SUCCEEDED"
+    assert job.metrics == {"acc": 0.5}
+    assert job.metric_series("acc") == [(0, 0.5)]
+    assert "acc=0.5" in job.log()
+    assert job.download(tmp_path / "fetched") == [tmp_path / "fetched" / "m.txt"]
+    assert job.run_id in job.ui_url and job.ui_url.endswith("?workflowType=machine_learning")
+
+    # the same job from a conf/ project by the command line: the same kind of run
+    conf = tmp_path / "cli"
+    (conf / "conf" / "job").mkdir(parents=True)
+    (conf / "conf" / "config.yaml").write_text(
+        "defaults: [paiexp_schema, {job: kw}, {backend: local}, {tracker: mlflow}, _self_]\n"
+    )
+    for group in ("backend", "tracker"):
+        source = Path(paiexp.__file__).parent / "starter" / "conf" / group
+        (conf / "conf" / group).symlink_to(source)
+    job_yaml = {
+        "name": "kw",
+        "command": "python3 train.py",
+        "source_dir": str(tmp_path / "code"),
+        "hyperparameters": {"lr": 0.5},
+        "metric_definitions": METRICS,
+    }
+    (conf / "conf" / "job" / "kw.yaml").write_text(json.dumps(job_yaml))
+    done = run_paiexp(conf, "-q", f"backend={backend}", *_image(settings))
+    assert done.returncode == 0, done.stderr
+    (api_run,) = all_runs(tmp_path)
+    (cli_run,) = all_runs(conf)
+    assert set(api_run.data.tags) == set(cli_run.data.tags)
+    assert set(api_run.data.params) == set(cli_run.data.params)
+    assert api_run.data.metrics == cli_run.data.metrics == {"acc": 0.5}
+    assert api_run.info.status == cli_run.info.status == "FINISHED"
+
+
+def _image(settings: dict[str, Any]) -> list[str]:
+    return [f"backend.image={settings['image']}"] if "image" in settings else []
+
+
+def project_with_sweep(root: Path, **sweep: Any) -> Path:
+    settings = {
+        "params": {"x": "interval(-1, 1)", "duration": 0.2, "steps": 2, "model": "true"},
+        "n_trials": 4,
+        "parallelism": 2,
+        "sampler": {"name": "random", "seed": 7},
+        **sweep,
+    }
+    return synthetic_project(root, settings)
+
+
+MISTAKES: dict[str, tuple[str, ...]] = {
+    "unknown override key": ("compose", "job.comand=x"),
+    "wrong type": ("compose", "job.instance_count=two"),
+    "bad search space": ("compose", "+sweep=syn", "sweep.params.x=interval(1)"),
+    "unknown sweep": ("compose", "+sweep=nope"),
+    "unknown backend": ("compose", "backend=nope"),
+    "missing input": ("compose", "+job.inputs.train=missing.csv"),
+    "bad metric regex": ("compose", "job.metric_definitions=[{name: a, regex: nogroup}]"),
+    "unquoted value": ("compose", "job.command=sleep", "15"),
+}
+
+
+@pytest.mark.parametrize("mistake", list(MISTAKES))
+def test_a_mistake_raises_config_error_with_the_clis_line(tmp_path: Path, mistake: str) -> None:
+    root = project_with_sweep(tmp_path)
+    _, *overrides = MISTAKES[mistake]
+    with pytest.raises(paiexp.ConfigError) as raised:
+        paiexp.from_project(*overrides, project=root)
+    line = assert_one_line_error(run_paiexp(root, *overrides))
+    assert line == f"paiexp: error: {raised.value}"
+    assert_nothing_started(root)
+
+
+KEYWORD_MISTAKES: dict[str, tuple[dict[str, Any], str]] = {
+    "unknown key": ({"comand": "x"}, "job.comand: unknown key"),
+    "wrong type": ({"instance_count": "two"}, "job.instance_count"),
+    "empty command": ({"command": " "}, "job.command: must not be empty"),
+    "unknown backend": ({"backend": "nope"}, "backend.name: invalid value 'nope'"),
+    "missing input": ({"inputs": {"train": "missing.csv"}}, "job.inputs.train"),
+    "bad hyperparameter": ({"hyperparameters": {"a": [1]}}, "job.hyperparameters.a"),
+    "bad metric regex": ({"metric_definitions": [{"name": "a", "regex": "x"}]}, "capture"),
+}
+
+
+@pytest.mark.parametrize("mistake", list(KEYWORD_MISTAKES))
+def test_a_keyword_mistake_raises_config_error_naming_the_key(tmp_path: Path, mistake: str) -> None:
+    given, said = KEYWORD_MISTAKES[mistake]
+    with pytest.raises(paiexp.ConfigError, match=re.escape(said)) as raised:
+        paiexp.job(**{"command": "true", "project": tmp_path, **given})
+    assert "\n" not in str(raised.value)
+    assert_nothing_started(tmp_path)
+
+
+def test_attaching_to_what_does_not_exist_raises_config_error(tmp_path: Path) -> None:
+    root = project_with_sweep(tmp_path)
+    with pytest.raises(paiexp.ConfigError, match="no study journal"):
+        paiexp.attach_sweep("syn", project=root)
+    with pytest.raises(paiexp.ConfigError, match="tracks a job 'nope'"):
+        paiexp.attach_job("nope", tracker_uri=f"sqlite:///{root / 'mlflow.db'}")
+    with pytest.raises(paiexp.ConfigError, match="this config is a sweep; run it with paiexp"):
+        paiexp.run(paiexp.from_project("+sweep=syn", project=root))
+
+
+def test_a_sweep_launched_without_waiting_outlives_the_process_that_launched_it(
+    tmp_path: Path,
+) -> None:
+    root = project_with_sweep(tmp_path, n_trials=6)
+    launched = python(
+        root,
+        f"""
+        import paiexp
+        sweep = paiexp.start_sweep("+sweep=syn", project={str(root)!r})
+        print(sweep.study_name, sweep.process.pid)
+        """,
+    )
+    assert launched.returncode == 0, launched.stderr
+    study_name, _pid = launched.stdout.split()
+    assert study_name == "syn"
+
+    wait_until(lambda: (root / "optuna.journal").exists(), 60, "the launcher to open the study")
+    sweep = paiexp.attach_sweep("syn", project=root)
+    wait_until(lambda: sweep.counts()["complete"] >= 1, 120, "a trial of the sweep to complete")
+    sweep.wait(timeout=240)
+    counts = sweep.counts()
+    assert counts == {"complete": 6, "pruned": 0, "failed": 0, "rerun": 0, "running": 0}
+    log = next((root / ".paiexp" / "launchers").glob("syn-*.log")).read_text()
+    assert "sweep 6/6 done (6 complete, 0 pruned)" in log, log  # what the CLI said
+    ledger = [json.loads(line)["x"] for line in (root / "ledger.txt").read_text().splitlines()]
+    assert sorted(Counter(ledger).values()) == [1] * 6, "a job ran twice"
+
+    parent_run = load_study(root).user_attrs["paiexp:parent_run_id"]
+    by_run = paiexp.attach_sweep(run_id=parent_run, project=root)
+    assert by_run.counts() == counts
+    best = by_run.best
+    results = by_run.results()
+    assert len(results) == 6 and set(results["state"]) == {"COMPLETE"}
+    assert best.value == results["score"].min() == load_study(root).best_value
+    assert best.run_id == results.set_index("number").loc[best.number, "run_id"]
+    assert best.job().metrics["score"] == best.value
+    assert (Path(best.model_uri.removeprefix("file://")) / "model.txt").is_file()
+
+
+def test_a_cli_sweep_is_read_and_stopped_from_python_while_it_runs(tmp_path: Path) -> None:
+    params = {"x": "interval(-1, 1)", "duration": 4.0, "steps": 4}
+    root = project_with_sweep(tmp_path, params=params, n_trials=6, parallelism=2)
+    with open(root / "launcher.log", "w") as log:
+        launcher = subprocess.Popen(
+            [sys.executable, "-m", "paiexp", "+sweep=syn"],
+            cwd=root,
+            env=clean_env(LEDGER=str(root / "ledger.txt")),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_until(lambda: (root / "optuna.journal").exists(), 60, "the study to exist")
+        sweep = paiexp.attach_sweep("syn", project=root)
+        wait_until(lambda: sweep.counts()["complete"] >= 2, 120, "two trials to complete")
+        partial = sweep.results()
+        assert 2 <= (partial["state"] == "COMPLETE").sum() < 6
+        assert sweep.running
+        sweep.stop()  # as Ctrl-C: the running jobs stop, their points run next launch
+        assert launcher.wait(timeout=120) == 130, (root / "launcher.log").read_text()
+    finally:
+        if launcher.poll() is None:
+            launcher.send_signal(signal.SIGKILL)
+            launcher.wait()
+    assert (
+        "interrupted: no new trials; stopping running jobs" in (root / "launcher.log").read_text()
+    )
+    assert sweep.counts()["running"] == 0
+
+    again = run_paiexp(root, "+sweep=syn", timeout=240)
+    assert again.returncode == 0, again.stderr
+    results = sweep.results()
+    done = results[results["state"] == "COMPLETE"]
+    assert len(done) == 6 and done["run_id"].notna().all() and done["score"].notna().all()
