@@ -14,6 +14,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from optuna import Study
 
 POLL_SECONDS = 1.0  # how often wait() looks at a sweep another process runs
+OPEN_SECONDS = 120.0  # how long a new launcher may take to open its study
 RESULT_TAGS = ("paiexp.job_name", "paiexp.model_uri", "paiexp.trial_number")
 
 
@@ -205,6 +207,7 @@ class Sweep:
     def _study(self) -> Study:
         from paiexp.report import load_study
 
+        _import_optuna()
         return load_study(self.study_name, self.storage)
 
     def _objective_names(self, study: Study) -> list[str]:
@@ -240,6 +243,15 @@ class Sweep:
             if identity is not None and dead_here(owner, host) is False:
                 pids.append(identity.pid)
         return pids
+
+
+def _import_optuna() -> None:
+    """Optuna, without the warning its progress bar's import prints in a notebook that has
+    no ipywidgets (paiexp shows no progress bar of Optuna's)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="IProgress not found")
+        import optuna  # noqa: F401
+        import tqdm.auto  # noqa: F401
 
 
 def _sqlite_file(uri: str) -> Path | None:
@@ -318,6 +330,7 @@ def launch_sweep(
     from paiexp.sweep.prepared import prepare_sweep
     from paiexp.tracking import tracking_uri
 
+    _import_optuna()
     composed = from_project(*overrides, project=base_dir, config_dirs=config_dirs)
     if composed.kind != "sweep":
         raise UserError(f"sweep: the config is a {composed.kind}; select one with +sweep=NAME")
@@ -344,9 +357,30 @@ def launch_sweep(
         process,
         log_path,
     )
+    _until_open(handle)
     if wait:
         handle.wait()
     return handle
+
+
+def _until_open(handle: Sweep) -> None:
+    """Wait until the launcher has opened its study (so the handle reads it at once); a
+    launcher that ended first is an error naming the last line it printed."""
+    assert handle.process is not None and handle.log_path is not None
+    deadline = time.monotonic() + OPEN_SECONDS
+    while time.monotonic() < deadline:
+        try:
+            handle._study()
+            return
+        except UserError:  # not created yet
+            if handle.process.poll() is not None:
+                said = handle.log().strip().splitlines() or ["(nothing)"]
+                raise UserError(
+                    f"sweep: the launcher exited {handle.process.returncode}: {said[-1]} "
+                    f"(its output: {handle.log_path})"
+                ) from None
+            time.sleep(0.1)
+    raise UserError(f"sweep: no study {handle.study_name} after {OPEN_SECONDS:g} s")
 
 
 @user_errors
