@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from paiexp._jobs import Composed, Job, attach_job, from_project, job, run
+    from paiexp._pipelines import Pipeline, attach_pipeline, start_pipeline
     from paiexp._sweeps import Best, Sweep, attach_sweep, start_sweep
     from paiexp.errors import ConfigError
 
@@ -35,12 +36,15 @@ _PUBLIC = {
     "Composed": "paiexp._jobs",
     "ConfigError": "paiexp.errors",
     "Job": "paiexp._jobs",
+    "Pipeline": "paiexp._pipelines",
     "Sweep": "paiexp._sweeps",
     "attach_job": "paiexp._jobs",
+    "attach_pipeline": "paiexp._pipelines",
     "attach_sweep": "paiexp._sweeps",
     "from_project": "paiexp._jobs",
     "job": "paiexp._jobs",
     "run": "paiexp._jobs",
+    "start_pipeline": "paiexp._pipelines",
     "start_sweep": "paiexp._sweeps",
 }
 __all__ = [
@@ -48,12 +52,15 @@ __all__ = [
     "Composed",
     "ConfigError",
     "Job",
+    "Pipeline",
     "Sweep",
     "attach_job",
+    "attach_pipeline",
     "attach_sweep",
     "from_project",
     "job",
     "run",
+    "start_pipeline",
     "start_sweep",
 ]
 

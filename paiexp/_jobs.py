@@ -230,7 +230,7 @@ def run(composed: Composed, *, wait: bool = True, echo: bool = False) -> Job:
     from paiexp.runs import follow, open_tracker, submit
 
     if composed.kind != "job":
-        instead = "paiexp.start_sweep()" if composed.kind == "sweep" else "python -m paiexp"
+        instead = f"paiexp.start_{composed.kind}()"
         raise UserError(f"run: this config is a {composed.kind}; run it with {instead}")
     prepared = composed.prepared()
     with _working_in(prepared.base_dir):  # MLflow's local artifacts: the project's mlruns/

@@ -12,7 +12,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 import warnings
 from collections.abc import Sequence
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from paiexp._jobs import Job, attach_job, from_project, user_errors
+from paiexp._launch import launch_detached
 from paiexp.errors import UserError
 
 if TYPE_CHECKING:
@@ -335,19 +335,7 @@ def launch_sweep(
     if composed.kind != "sweep":
         raise UserError(f"sweep: the config is a {composed.kind}; select one with +sweep=NAME")
     prepared = prepare_sweep(composed.cfg, composed.config, composed.base_dir, overrides)
-    launchers = base_dir / ".paiexp" / "launchers"
-    launchers.mkdir(parents=True, exist_ok=True)
-    log_path = launchers / f"{prepared.study_name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
-    argv = [sys.executable, "-m", "paiexp", *(f"--config-dir={d}" for d in config_dirs)]
-    with log_path.open("ab") as log:
-        process = subprocess.Popen(
-            [*argv, *overrides],
-            cwd=base_dir,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own session: this process's end does not end it
-        )
+    process, log_path = launch_detached(overrides, base_dir, config_dirs, prepared.study_name)
     handle = Sweep(
         prepared.study_name,
         prepared.storage,

@@ -261,3 +261,28 @@ def test_a_cli_sweep_is_read_and_stopped_from_python_while_it_runs(tmp_path: Pat
     results = sweep.results()
     done = results[results["state"] == "COMPLETE"]
     assert len(done) == 6 and done["run_id"].notna().all() and done["score"].notna().all()
+
+
+def test_a_pipeline_started_from_python_reports_its_steps(tmp_path: Path) -> None:
+    from pipeline_helpers import statuses, write_pipeline
+
+    root = project_with_sweep(tmp_path)
+    steps = {
+        "train": {"overrides": {"job": {"hyperparameters": {"x": 0.5, "duration": 0.2}}}},
+        "good": {"depends": ["train"], "when": 'steps.train.metrics["score"] < 1'},
+        "bad": {"depends": ["train"], "when": 'steps.train.metrics["score"] >= 1'},
+    }
+    write_pipeline(root, "flow", steps)
+    pipeline = paiexp.start_pipeline("+pipeline=flow", project=root)
+    assert pipeline.wait(timeout=240).steps() == statuses(root, "flow")
+    assert pipeline.steps() == {"train": "succeeded", "good": "succeeded", "bad": "skipped"}
+    assert pipeline.results("train")["metrics"]["score"] == 0.25
+    attached = paiexp.attach_pipeline("flow", project=root)
+    assert attached.steps() == pipeline.steps() and not attached.running
+
+    write_pipeline(root, "broken", {"a": {"depends": ["nope"]}})
+    with pytest.raises(paiexp.ConfigError) as raised:
+        paiexp.start_pipeline("+pipeline=broken", project=root)
+    line = assert_one_line_error(run_paiexp(root, "+pipeline=broken"))
+    assert line == f"paiexp: error: {raised.value}"
+    assert not list((root / ".paiexp" / "launchers").glob("pipeline-broken-*"))
