@@ -37,30 +37,9 @@ def chromium() -> str:
     return found
 
 
-def page_text(chromium: str, url: str, settle_ms: int = 10_000) -> str:
-    """The page's DOM after ``settle_ms`` of virtual time, as its visible text."""
-    done = subprocess.run(
-        [
-            chromium,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--window-size=2400,1000",
-            f"--virtual-time-budget={settle_ms}",
-            "--dump-dom",
-            url,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout
-
-
-def screenshot(chromium: str, url: str, path: Path, settle_ms: int = 10_000) -> Path:
-    """A PNG of the page as a 2400x1000 window shows it once settled (wide enough for the
+def headless(chromium: str, url: str, action: str, settle_ms: int) -> str:
+    """Chromium's output for ``action`` (``--dump-dom``, ``--screenshot=PATH``) on the page
+    as a 2400x1000 window shows it after ``settle_ms`` of virtual time (wide enough for the
     models table's metric columns beside the UI's assistant panel)."""
     done = subprocess.run(
         [
@@ -72,7 +51,7 @@ def screenshot(chromium: str, url: str, path: Path, settle_ms: int = 10_000) -> 
             "--hide-scrollbars",
             "--window-size=2400,1000",
             f"--virtual-time-budget={settle_ms}",
-            f"--screenshot={path}",
+            action,
             url,
         ],
         capture_output=True,
@@ -80,6 +59,17 @@ def screenshot(chromium: str, url: str, path: Path, settle_ms: int = 10_000) -> 
         timeout=120,
     )
     assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def page_text(chromium: str, url: str, settle_ms: int = 10_000) -> str:
+    """The page's DOM once settled."""
+    return headless(chromium, url, "--dump-dom", settle_ms)
+
+
+def screenshot(chromium: str, url: str, path: Path, settle_ms: int = 10_000) -> Path:
+    """A PNG of the page once settled."""
+    headless(chromium, url, f"--screenshot={path}", settle_ms)
     assert path.read_bytes().startswith(b"\x89PNG") and path.stat().st_size > 20_000
     return path
 
