@@ -352,6 +352,19 @@ class Job:
             yield from chunk.lines
             cursor = chunk.cursor
 
+    def stream(self, poll_interval: float | None = None) -> Iterator[str]:
+        """The job's log lines as they come, from its start until it ends."""
+        cursor = 0
+        while True:
+            status = self.backend.poll([self.handle])[self.handle.id]
+            ended = status.state.terminal
+            chunk = self.backend.read_logs(self.handle, cursor, final=ended)
+            yield from chunk.lines
+            cursor = chunk.cursor
+            if ended:
+                return
+            self.backend.wait([self.handle], poll_interval or self.backend.poll_interval)
+
     @property
     def metrics(self) -> dict[str, float]:
         """Each metric's final value, as its run holds it."""

@@ -120,6 +120,22 @@ def test_a_job_from_keyword_arguments_is_tracked_as_a_cli_run(
     assert api_run.info.status == cli_run.info.status == "FINISHED"
 
 
+def test_a_job_run_without_waiting_is_followed_and_streamed(tmp_path: Path) -> None:
+    gate = tmp_path / "go"
+    command = f"echo acc=0.1; while [ ! -e {gate} ]; do sleep 0.05; done; echo acc=0.9"
+    job = paiexp.run(
+        paiexp.job(command=command, metric_definitions=METRICS, project=tmp_path), wait=False
+    )
+    lines = job.stream()
+    assert next(lines) == "acc=0.1"  # while the job runs (it waits for the gate)
+    assert job.status == "RUNNING"
+    gate.touch()
+    assert list(lines) == ["acc=0.9"]
+    assert job.wait(timeout=60).metric_series("acc") == [(0, 0.1), (1, 0.9)]
+    (run,) = all_runs(tmp_path)
+    assert run.info.status == "FINISHED" and run.info.run_id == job.run_id
+
+
 def _image(settings: dict[str, Any]) -> list[str]:
     return [f"backend.image={settings['image']}"] if "image" in settings else []
 
