@@ -223,23 +223,35 @@ def _validate(composed: Composed) -> None:
 
 @user_errors
 def run(composed: Composed, *, wait: bool = True, echo: bool = False) -> Job:
-    """Run a composed job: tracked in MLflow exactly as ``python -m paiexp`` tracks it.
-    ``wait=False`` returns once the job is submitted; it is followed (its metrics logged,
-    its run closed) in the background, and :meth:`Job.wait` waits for it.  ``echo``: print
-    the job's log as it comes."""
-    from paiexp.runs import follow, open_tracker, submit
-
+    """Run a composed job: tracked in MLflow exactly as ``python -m paiexp`` tracks it (the
+    command line runs its jobs through here).  ``wait=False`` returns once the job is
+    submitted; it is followed (its metrics logged, its run closed) in the background, and
+    :meth:`Job.wait` waits for it.  ``echo``: print the job's log as it comes."""
     if composed.kind != "job":
         instead = f"paiexp.start_{composed.kind}()"
         raise UserError(f"run: this config is a {composed.kind}; run it with {instead}")
-    prepared = composed.prepared()
+    return run_prepared(composed.prepared(), wait=wait, echo=echo)
+
+
+def run_prepared(
+    prepared: PreparedJob,
+    *,
+    wait: bool = True,
+    echo: bool = False,
+    extra_tags: dict[str, str] | None = None,
+) -> Job:
+    """Track, submit and follow a validated job.  Waiting, it is followed in this thread
+    (a first Ctrl-C stops the job, a second leaves it running: see :func:`paiexp.runs.follow`);
+    else in a thread of its own."""
+    from paiexp.runs import follow, open_tracker, submit
+
     with _working_in(prepared.base_dir):  # MLflow's local artifacts: the project's mlruns/
         tracker = open_tracker(prepared.config)
-        run_id, handle = submit(prepared, tracker)
-    handle_ = Job(prepared.spec.name, run_id, prepared.base_dir, prepared.backend, handle, tracker)
+        run_id, handle = submit(prepared, tracker, extra_tags=extra_tags)
+    job = Job(prepared.spec.name, run_id, prepared.base_dir, prepared.backend, handle, tracker)
 
     def following() -> None:
-        handle_.result = follow(
+        job.result = follow(
             prepared.backend,
             handle,
             prepared.spec,
@@ -249,12 +261,13 @@ def run(composed: Composed, *, wait: bool = True, echo: bool = False) -> Job:
             echo=print if echo else None,
         )
 
-    handle_.follower = threading.Thread(target=following, name=f"paiexp-{handle.name}")
-    handle_.follower.daemon = True
-    handle_.follower.start()
     if wait:
-        handle_.wait()
-    return handle_
+        following()
+    else:
+        job.follower = threading.Thread(target=following, name=f"paiexp-{handle.name}")
+        job.follower.daemon = True
+        job.follower.start()
+    return job
 
 
 @user_errors

@@ -408,12 +408,14 @@ def print_config(cfg: DictConfig, package: str | None, resolve: bool) -> int:
 
 
 def _run(job: PreparedJob, *, quiet: bool, extra_tags: dict[str, str] | None = None) -> int:
-    from paiexp.runs import execute, open_tracker, summarize
+    from paiexp._jobs import run_prepared
+    from paiexp.runs import summarize
 
-    tracker = open_tracker(job.config)
-    run_id, result = execute(job, tracker, echo=None if quiet else print, extra_tags=extra_tags)
-    summarize(run_id, result, tracker.uri, tracker.experiment_id, log_shown=not quiet)
-    return 0 if result.status.state.value == "SUCCEEDED" else EXIT_JOB_FAILED
+    ran = run_prepared(job, echo=not quiet, extra_tags=extra_tags)
+    assert ran.result is not None
+    tracker = ran.tracker
+    summarize(ran.run_id, ran.result, tracker.uri, tracker.experiment_id, log_shown=not quiet)
+    return 0 if ran.result.status.state.value == "SUCCEEDED" else EXIT_JOB_FAILED
 
 
 def _multirun(project: Project, overrides: Sequence[str]) -> int:
