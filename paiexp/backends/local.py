@@ -117,7 +117,8 @@ class LocalBackend(LocalResults):
         """
         if (job_dir / STATE_FILE).exists() or lock_held(job_dir / LOCK_FILE):
             return
-        self._start_runner(spec, job_dir, self._environment(spec, job_dir))
+        env = self._environment(spec, job_dir)
+        self._start_runner(job_dir, env, self._warm_address(spec, job_dir, env))
 
     def find(self, name: str) -> JobHandle | None:
         return JobHandle(name=name, id=name) if self.jobs.exists(name) else None
@@ -144,21 +145,25 @@ class LocalBackend(LocalResults):
         )
         return env
 
-    def _start_runner(self, spec: JobSpec, job_dir: Path, env: dict[str, str]) -> None:
+    def _warm_address(self, spec: JobSpec, job_dir: Path, env: dict[str, str]) -> str | None:
+        """The warm interpreter that may fork the job's command: a sweep's, for a Python
+        script (None: the command is exec'd)."""
+        if self._warm is None:
+            return None
+        code_dir = Path(contract.JobLayout(job_dir / "ml").working_dir)
+        return self._warm.address(spec.command, code_dir, env)
+
+    def _start_runner(self, job_dir: Path, env: dict[str, str], warm: str | None = None) -> None:
         """Hand the job to the runner on standby, else start one for it (as a sweep runs,
         the next standby runner starts at once, while the jobs run); with the address of
-        the warm interpreter that may fork its command, if there is one."""
+        the ``warm`` interpreter that may fork its command."""
         arguments = [
             str(job_dir),
             str(self.stop_grace_period),
             self.install_requirements,
             str(self.root / ".cache"),
+            *([warm] if warm else []),
         ]
-        if self._warm is not None:
-            code_dir = contract.JobLayout(job_dir / "ml").working_dir
-            address = self._warm.address(spec.command, Path(code_dir), env)
-            if address is not None:
-                arguments.append(address)
         runner = self._standby.hand_over(arguments, env)
         if runner is None:
             runner = _spawn_runner(arguments, env, cwd=job_dir)

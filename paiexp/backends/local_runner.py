@@ -204,7 +204,10 @@ class Runner:
         max_run_time = self.spec.get("max_run_time")
         if max_run_time:
             self.schedule("max_run_time", max_run_time)
-        return self.child.wait()
+        exit_code = self.child.wait()
+        if self.stop_reason is None and not isinstance(self.child, subprocess.Popen):
+            return self.child.as_sh_reports(exit_code)  # forked: no sh reported its end
+        return exit_code
 
     def warm_start(self, log: IO[bytes]) -> WarmProcess | None:
         """The command forked by the warm interpreter, if it runs a Python script that one

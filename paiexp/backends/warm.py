@@ -94,7 +94,7 @@ def serve(listener: socket.socket, refusal: str | None) -> Job | None:
                 selector.unregister(key.fd)
                 os.close(key.fd)
                 _, status = os.waitpid(pid, 0)
-                tell(runner, exit=os.waitstatus_to_exitcode(status))
+                tell(runner, exit=os.waitstatus_to_exitcode(status), core=os.WCOREDUMP(status))
                 runner.close()
     return None
 
@@ -122,6 +122,7 @@ def fork_job(connection: socket.socket, refusal: str | None) -> int | Job | None
     if pid == 0:
         connection.close()
         return order, descriptors
+    os.setpgid(pid, pid)  # as the fork does: its group exists before the runner signals it
     for descriptor in descriptors:
         os.close(descriptor)
     tell(connection, pid=pid)
@@ -161,7 +162,7 @@ def run_job(order: dict[str, Any], descriptors: list[int]) -> None:
     for namespace in namespaces:
         join_namespace(namespace)
         os.close(namespace)
-    os.setsid()
+    os.setpgid(0, 0)
     os.chdir(order["cwd"])
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
@@ -169,8 +170,11 @@ def run_job(order: dict[str, Any], descriptors: list[int]) -> None:
     os.dup2(log, 2)
     os.close(null)
     os.close(log)
+    # Python's own locale coercion, as at this interpreter's start (same locale variables).
+    coerced = {} if "LC_CTYPE" in order["env"] else {"LC_CTYPE": os.environ.get("LC_CTYPE")}
     os.environ.clear()
     os.environ.update(order["env"])
+    os.environ.update({name: value for name, value in coerced.items() if value is not None})
     # As the runner leaves them to its command: SIGINT and SIGHUP ignored, the rest default.
     for number in (signal.SIGINT, signal.SIGHUP):
         signal.signal(number, signal.SIG_IGN)
@@ -232,5 +236,5 @@ def run_script(argv: list[str], executable: str) -> None:
         raise
     except BaseException as exc:
         traceback = exc.__traceback__.tb_next if exc.__traceback__ else None
-        sys.excepthook(type(exc), exc, traceback)
+        sys.excepthook(type(exc), exc.with_traceback(traceback), traceback)
         raise SystemExit(1) from None

@@ -31,9 +31,11 @@ NAMESPACES = ("user", "mnt")  # the runner's, joined by the job in this order
 class WarmProcess:
     """A job forked by the warm interpreter, which reports its exit code here."""
 
-    def __init__(self, pid: int, replies: BinaryIO) -> None:
+    def __init__(self, pid: int, replies: BinaryIO, log: int) -> None:
         self.pid = pid
         self.replies = replies
+        self.log = log
+        self.core_dumped = False
 
     def wait(self) -> int:
         """The job's exit code as ``Popen.wait`` gives it (-N: killed by signal N).  Should
@@ -42,7 +44,20 @@ class WarmProcess:
         if reply is None or "exit" not in reply:
             kill_group(self.pid, signal.SIGKILL)
             return -signal.SIGKILL
+        self.core_dumped = bool(reply.get("core"))
         return int(reply["exit"])
+
+    def as_sh_reports(self, exit_code: int) -> int:
+        """The exit code ``sh -c`` reports for its command's ``exit_code``: a signal N that
+        killed it is 128 + N, said in the log as ``sh`` says it (not for SIGINT, SIGPIPE)."""
+        if exit_code >= 0:
+            return exit_code
+        number = -exit_code
+        if number not in (signal.SIGINT, signal.SIGPIPE):
+            message = signal.strsignal(number) or f"Signal {number}"
+            core = " (core dumped)" if self.core_dumped else ""
+            os.write(self.log, f"{message}{core}\n".encode())
+        return 128 + number
 
 
 def start(
@@ -54,6 +69,7 @@ def start(
     if found is None:
         return None
     executable, argv = found
+    env = {**env, "PWD": _pwd(env.get("PWD"), cwd)}
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         connection.connect("\0" + address)
@@ -75,7 +91,18 @@ def start(
     if reply is None or "pid" not in reply:
         connection.close()
         return None
-    return WarmProcess(int(reply["pid"]), replies)
+    return WarmProcess(int(reply["pid"]), replies, log)
+
+
+def _pwd(pwd: str | None, cwd: str) -> str:
+    """``PWD`` as ``sh`` exports it to its command: kept if it names ``cwd``, else ``cwd``."""
+    if pwd and os.path.isabs(pwd):
+        try:
+            if os.path.samefile(pwd, cwd):
+                return pwd
+        except OSError:
+            pass
+    return cwd
 
 
 def _read_reply(replies: BinaryIO) -> dict[str, int] | None:
