@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 RUNNING, SUCCEEDED, FAILED, STOPPED = "RUNNING", "SUCCEEDED", "FAILED", "STOPPED"
 LOCK_FILE = "runner.lock"
 NO_PRIVATE_ML = "no_private_ml"  # in the state: why the job sees the host's /ml
+WARM = "warm"  # in the state: the command was forked by the sweep's warm interpreter
 FULL_DISK = "full_disk"  # in the state: the job failed because its directory's disk was full
 DISK_FULL_RETRY = 1.0  # seconds between tries of a state write that found the disk full
 DISK_FULL_PATIENCE = 24 * 3600.0  # seconds such a write is tried for, then the runner gives up
@@ -198,7 +199,10 @@ class Runner:
             stderr=subprocess.STDOUT,
             process_group=0,
         )
-        self.write_state(pid=self.child.pid, pgid=self.child.pid)
+        forked = not isinstance(self.child, subprocess.Popen)
+        self.write_state(
+            pid=self.child.pid, pgid=self.child.pid, **({WARM: True} if forked else {})
+        )
         if self.stop_reason is not None:  # a stop arrived while the command started
             self.terminate(*self.stop_reason)
         max_run_time = self.spec.get("max_run_time")
