@@ -35,6 +35,7 @@ from typing import Any
 
 MAX_DESCRIPTORS = 3  # the job's log, then the runner's user and mount namespaces (if its own)
 ORDER_BYTES = 1 << 20  # an order's JSON: argv, environment, working directory
+ORDER_TIMEOUT = 10.0  # seconds a runner has to send its whole order once connected
 
 
 def main(argv: list[str]) -> None:
@@ -107,7 +108,9 @@ def fork_job(connection: socket.socket, refusal: str | None) -> int | Job | None
         if not same_user(connection):
             connection.close()
             return None
+        connection.settimeout(ORDER_TIMEOUT)  # a runner stuck mid-order holds up no other
         order, descriptors = read_order(connection)
+        connection.settimeout(None)
     except (OSError, ValueError):  # the runner went away, or sent nonsense
         connection.close()
         return None
