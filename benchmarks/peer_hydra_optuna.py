@@ -15,8 +15,9 @@ sums. Prints both wall-clocks, their ratio and both best test AUCs. Goal: paiexp
 with a best AUC no worse than the peer's by more than 0.002.
 
 Then paiexp's per-trial cost at parallelism 1 and 2 (pruning off: every trial trains fully):
-slot-seconds per trial (wall-clock x parallelism / trials) against the trial's own training
-time, the same trials' training timed in this process with its imports done.
+each trial's job (its runner's start to its end) against the trial's own training time (the
+same trials' training timed in this process, its imports done), and the whole command as
+slot-seconds per trial (wall-clock x parallelism / trials: start-up and end included).
 
     python benchmarks/peer_hydra_optuna.py [--trials 30] [--cost-trials 12]
 """
@@ -30,6 +31,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,6 +43,7 @@ from typing import Any
 import yaml
 
 from paiexp.cache import cache_root
+from paiexp.jsonfiles import read_json
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "xgb"
@@ -52,7 +55,7 @@ PEER = [
     "optuna<3",
     "sqlalchemy<2",  # optuna 2's storages
 ]
-SAME_AS_HERE = ["xgboost", "numpy", "pandas"]  # the training's libraries, at our versions
+SAME_AS_HERE = ["xgboost-cpu", "numpy", "pandas"]  # the training's libraries, at our versions
 BEST = re.compile(r"best test-auc=([0-9.]+)")
 
 PEER_APP = '''
@@ -219,6 +222,12 @@ def run_paiexp(workdir: Path, *overrides: str) -> tuple[float, float, Path]:
     return seconds, float(best.group(1)), project
 
 
+def job_seconds(project: Path) -> list[float]:
+    """Each trial's job, from its runner's start to its end (``state.json``)."""
+    states = (project / ".paiexp" / "jobs").glob("*/state.json")
+    return [state["ended_at"] - state["started_at"] for state in map(read_json, states)]
+
+
 def training_seconds(project: Path) -> list[float]:
     """Each trial's own training: ``train.main()`` with the trial's arguments, timed here
     with its imports done (this process: all the CPUs' threads)."""
@@ -253,10 +262,12 @@ def per_trial_cost(workdir: Path, trials: int) -> None:
             "sweep.pruner.name=none",
         )
         slot = wall * parallelism / trials
-        train = sum(training_seconds(project)) / trials
+        job = statistics.median(job_seconds(project))  # the first waits for the imports
+        train = statistics.median(training_seconds(project))
         print(
-            f"  P={parallelism}: {slot:6.3f} s per trial (whole command {wall:6.2f} s) vs its "
-            f"own training {train:6.3f} s: {slot / train:5.2f}x, overhead {slot - train:+.3f} s"
+            f"  P={parallelism}: a trial's job (median) {job:6.3f} s (runner start to end) vs "
+            f"its own training {train:6.3f} s: overhead {job - train:+.3f} s; whole command "
+            f"{wall:5.2f} s = {slot:5.3f} slot-seconds per trial"
         )
 
 
