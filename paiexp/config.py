@@ -95,6 +95,8 @@ class LocalBackendConfig:
     poll_interval: float = 0.2
     stop_grace_period: float = 10.0
     install_requirements: InstallMode = InstallMode.auto
+    warm_start: bool = True  # a sweep forks `python SCRIPT` jobs from a warm interpreter
+    warm_imports: list[str] = field(default_factory=list)  # imported there besides SCRIPT's
 
 
 @dataclass

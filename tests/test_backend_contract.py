@@ -28,6 +28,7 @@ from conftest import assert_stays, wait_until
 
 from paiexp.backends import Backend, JobHandle, JobState, JobStatus
 from paiexp.errors import UserError
+from paiexp.jsonfiles import read_json
 from paiexp.spec import JobSpec
 
 # A command that leaves "ready" in its log, then runs until stopped.
@@ -58,12 +59,15 @@ class Platform:
     created: Callable[[str], int] | None = None
     # Status requests the platform has served so far (None: not observable).
     status_calls: Callable[[], int] | None = None
+    # The spec fields that run a command here (None: the command itself).
+    command_fields: Callable[[str], dict[str, Any]] | None = None
     submitted: list[JobHandle] = field(default_factory=list)
 
     def spec(self, short: str, command: str, **fields: Any) -> JobSpec:
         """A job named uniquely (the PAI emulator is shared by the session)."""
         name = f"{short}-{uuid.uuid4().hex[:8]}"
-        return JobSpec(name=name, command=command, **{**self.spec_defaults, **fields})
+        run = self.command_fields(command) if self.command_fields else {"command": command}
+        return JobSpec(name=name, **{**self.spec_defaults, **run, **fields})
 
     def submit(self, spec: JobSpec) -> JobHandle:
         self.backend.validate(spec)
@@ -105,12 +109,20 @@ def child(uri: str, name: str) -> str:
 # -- the platforms -----------------------------------------------------------------------------
 
 
-def local_platform(request: pytest.FixtureRequest, tmp_path: Path) -> Platform:
+def local_platform(
+    request: pytest.FixtureRequest, tmp_path: Path, *, warm: bool = False
+) -> Platform:
     from paiexp.backends.local import LocalBackend
     from paiexp.config import LocalBackendConfig
 
     config = LocalBackendConfig(root=str(tmp_path / "jobs"), poll_interval=0.1)
     config.stop_grace_period = 2.0
+
+    def backend() -> LocalBackend:
+        made = LocalBackend(config, tmp_path)
+        if warm:
+            made.set_concurrency(2)  # a sweep's: Python jobs forked from a warm interpreter
+        return made
 
     @contextlib.contextmanager
     def failing() -> Iterator[Backend]:
@@ -121,9 +133,9 @@ def local_platform(request: pytest.FixtureRequest, tmp_path: Path) -> Platform:
         yield LocalBackend(dataclasses.replace(config, root=str(blocker / "jobs")), tmp_path)
 
     return Platform(
-        name="local",
-        backend=LocalBackend(config, tmp_path),
-        again=lambda: LocalBackend(config, tmp_path),
+        name="local-warm" if warm else "local",
+        backend=backend(),
+        again=backend,
         read=lambda uri: file_uri_path(uri).read_bytes(),
         destination=lambda name: str(tmp_path / "destinations" / name),
         failing=failing,
@@ -132,7 +144,28 @@ def local_platform(request: pytest.FixtureRequest, tmp_path: Path) -> Platform:
             "oss-input": ({"inputs": {"train": "oss://bucket/a.csv"}}, r"job\.inputs\.train"),
         },
         timeout_reason=r"^exceeded max_run_time of 1 s$",
+        command_fields=warm_command(tmp_path) if warm else None,
     )
+
+
+def local_warm_platform(request: pytest.FixtureRequest, tmp_path: Path) -> Platform:
+    """backend=local as a sweep runs it: each scenario's command run by a Python script that
+    the sweep's warm interpreter forks."""
+    return local_platform(request, tmp_path, warm=True)
+
+
+def warm_command(tmp_path: Path) -> Callable[[str], dict[str, Any]]:
+    code = tmp_path / "warm-code"
+    code.mkdir()
+    (code / "run.py").write_text(
+        "import os, sys\n"
+        "sys.exit(os.waitstatus_to_exitcode(os.system(os.environ['CONTRACT_COMMAND'])))\n"
+    )
+    return lambda command: {
+        "command": "python run.py",
+        "source_dir": str(code),
+        "environments": {"CONTRACT_COMMAND": command},
+    }
 
 
 def docker_platform(request: pytest.FixtureRequest, tmp_path: Path) -> Platform:
@@ -332,6 +365,7 @@ def openpai_config(server: Any, **settings: Any) -> Any:
 
 PLATFORMS: dict[str, Callable[[pytest.FixtureRequest, Path], Platform]] = {
     "local": local_platform,
+    "local-warm": local_warm_platform,
     "docker": docker_platform,
     "pai": pai_platform,
     "openpai": openpai_platform,
@@ -353,6 +387,10 @@ def known_bug(request: pytest.FixtureRequest, platform: Platform, scenario: str)
 def platform(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Platform]:
     made = PLATFORMS[request.param](request, tmp_path)
     yield made
+    if made.name == "local-warm":  # every job that ran was forked warm
+        for handle in made.submitted:
+            state = read_json(Path(made.backend.job_dir(handle.id)) / "state.json") or {}
+            assert "pid" not in state or state.get("warm"), handle.name
     for handle in made.submitted:  # nothing a failed test started keeps running
         with contextlib.suppress(Exception):
             if not made.backend.poll([handle])[handle.id].state.terminal:

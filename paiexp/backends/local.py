@@ -41,6 +41,7 @@ from paiexp.backends.checks import (
 from paiexp.backends.jobdir import JobDirectories, LocalResults, read_log_file
 from paiexp.backends.local_runner import FULL_DISK, LOCK_FILE, NO_PRIVATE_ML
 from paiexp.backends.threads import cpu_share, thread_environment
+from paiexp.backends.warm_pool import WarmInterpreters
 from paiexp.errors import UserError
 from paiexp.jsonfiles import read_json
 from paiexp.processes import kill_group, lock_held, process_alive
@@ -70,6 +71,9 @@ class LocalBackend(LocalResults):
         self._states: dict[str, StateFile] = {}  # job -> its state as last read
         self._standby = StandbyRunners()  # kept only for sweeps (set_concurrency)
         weakref.finalize(self, self._standby.dismiss)
+        self.warm_start = bool(config.warm_start)
+        self._warm: WarmInterpreters | None = None  # a sweep's, with warm_start
+        self._warm_imports = list(config.warm_imports)
 
     def job_dir(self, name: str) -> Path:
         return self.jobs.path(name)
@@ -91,6 +95,10 @@ class LocalBackend(LocalResults):
         self.threads_per_job = cpu_share(len(os.sched_getaffinity(0)), jobs)
         # A sweep: keep runners ready for its next jobs (a few: freed slots come one by one).
         self._standby.keep(min(jobs, STANDBY_RUNNERS))
+        # And fork its Python jobs from interpreters that imported their modules once.
+        if self.warm_start and self._warm is None:
+            self._warm = WarmInterpreters(self._warm_imports)
+            weakref.finalize(self, self._warm.dismiss)
 
     # -- submit / find ---------------------------------------------------------------------
 
@@ -109,7 +117,8 @@ class LocalBackend(LocalResults):
         """
         if (job_dir / STATE_FILE).exists() or lock_held(job_dir / LOCK_FILE):
             return
-        self._start_runner(job_dir, self._environment(spec, job_dir))
+        env = self._environment(spec, job_dir)
+        self._start_runner(job_dir, env, self._warm_address(spec, job_dir, env))
 
     def find(self, name: str) -> JobHandle | None:
         return JobHandle(name=name, id=name) if self.jobs.exists(name) else None
@@ -136,14 +145,24 @@ class LocalBackend(LocalResults):
         )
         return env
 
-    def _start_runner(self, job_dir: Path, env: dict[str, str]) -> None:
+    def _warm_address(self, spec: JobSpec, job_dir: Path, env: dict[str, str]) -> str | None:
+        """The warm interpreter that may fork the job's command: a sweep's, for a Python
+        script (None: the command is exec'd)."""
+        if self._warm is None:
+            return None
+        code_dir = Path(contract.JobLayout(job_dir / "ml").working_dir)
+        return self._warm.address(spec.command, code_dir, env)
+
+    def _start_runner(self, job_dir: Path, env: dict[str, str], warm: str | None = None) -> None:
         """Hand the job to the runner on standby, else start one for it (as a sweep runs,
-        the next standby runner starts at once, while the jobs run)."""
+        the next standby runner starts at once, while the jobs run); with the address of
+        the ``warm`` interpreter that may fork its command."""
         arguments = [
             str(job_dir),
             str(self.stop_grace_period),
             self.install_requirements,
             str(self.root / ".cache"),
+            *([warm] if warm else []),
         ]
         runner = self._standby.hand_over(arguments, env)
         if runner is None:

@@ -1,5 +1,5 @@
-"""The detached runner of one local job: ``python -S local_runner.py JOB_DIR GRACE INSTALL CACHE``
-(or ``... --standby``: started ahead, it waits for a job on its standard input).
+"""The detached runner of one local job: ``python -S local_runner.py JOB_DIR GRACE INSTALL CACHE
+[WARM]`` (or ``... --standby``: started ahead, it waits for a job on its standard input).
 
 It runs in its own session (the launcher may die; the job goes on), enters a mount namespace
 in which ``/ml`` is the job's own tree (:mod:`paiexp.mlroot`; where the machine gives none,
@@ -13,7 +13,9 @@ running job's state again only when the runner is gone.
 It starts for every job, so it is kept lean: started by path without ``site``, it imports a
 handful of standard modules (the rest only when needed) and uses one interval timer instead
 of threads.  A sweep keeps a few runners on standby, started and imported while jobs run, so
-a freed slot's next job starts without an interpreter's start-up.  Its helpers are the
+a freed slot's next job starts without an interpreter's start-up; given the address of the
+sweep's ``WARM`` interpreter, it has a ``python SCRIPT`` command forked from it
+(:mod:`paiexp.backends.warm_start`), not exec'd.  Its helpers are the
 standard-library-only :mod:`paiexp.jsonfiles`, :mod:`paiexp.processes`, :mod:`paiexp.exits`,
 :mod:`paiexp.requirements` and :mod:`paiexp.mlroot`.
 """
@@ -43,9 +45,12 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import IO, Any
 
+    from paiexp.backends.warm_start import WarmProcess
+
 RUNNING, SUCCEEDED, FAILED, STOPPED = "RUNNING", "SUCCEEDED", "FAILED", "STOPPED"
 LOCK_FILE = "runner.lock"
 NO_PRIVATE_ML = "no_private_ml"  # in the state: why the job sees the host's /ml
+WARM = "warm"  # in the state: the command was forked by the sweep's warm interpreter
 FULL_DISK = "full_disk"  # in the state: the job failed because its directory's disk was full
 DISK_FULL_RETRY = 1.0  # seconds between tries of a state write that found the disk full
 DISK_FULL_PATIENCE = 24 * 3600.0  # seconds such a write is tried for, then the runner gives up
@@ -53,15 +58,18 @@ LOG_TAIL_BYTES = 8192  # of the job's log, read for a full disk's error message
 
 
 class Runner:
-    def __init__(self, job_dir: str, grace: float, install: str, cache_dir: str) -> None:
+    def __init__(
+        self, job_dir: str, grace: float, install: str, cache_dir: str, warm: str | None = None
+    ) -> None:
         self.job_dir = os.path.abspath(job_dir)
+        self.warm = warm  # the address of the warm interpreter that may fork the command
         self.grace = grace
         self.install = install
         self.cache_dir = cache_dir
         self.spec = read_json(self.path("spec.json"))
         self.working_dir = self.path("ml", "usercode")
         self.state: dict[str, Any] = {"state": RUNNING, "started_at": time.time()}
-        self.child: subprocess.Popen[bytes] | None = None
+        self.child: subprocess.Popen[bytes] | WarmProcess | None = None
         self.stop_reason: tuple[str, str] | None = None
         self.alarms: dict[str, float] = {}  # what to do -> when (monotonic)
         self.host_ml: mlroot.Snapshot | None = None  # without a private /ml: the host's
@@ -183,7 +191,7 @@ class Runner:
     def run_command(self, log: IO[bytes]) -> int:
         if self.stop_reason is not None:
             return -signal.SIGTERM
-        self.child = subprocess.Popen(
+        self.child = self.warm_start(log) or subprocess.Popen(
             ["/bin/sh", "-c", self.spec["command"]],
             cwd=self.working_dir,
             stdin=subprocess.DEVNULL,
@@ -191,13 +199,31 @@ class Runner:
             stderr=subprocess.STDOUT,
             process_group=0,
         )
-        self.write_state(pid=self.child.pid, pgid=self.child.pid)
+        forked = not isinstance(self.child, subprocess.Popen)
+        self.write_state(
+            pid=self.child.pid, pgid=self.child.pid, **({WARM: True} if forked else {})
+        )
         if self.stop_reason is not None:  # a stop arrived while the command started
             self.terminate(*self.stop_reason)
         max_run_time = self.spec.get("max_run_time")
         if max_run_time:
             self.schedule("max_run_time", max_run_time)
-        return self.child.wait()
+        exit_code = self.child.wait()
+        if self.stop_reason is None and not isinstance(self.child, subprocess.Popen):
+            return self.child.as_sh_reports(exit_code)  # forked: no sh reported its end
+        return exit_code
+
+    def warm_start(self, log: IO[bytes]) -> WarmProcess | None:
+        """The command forked by the warm interpreter, if it runs a Python script that one
+        can fork (its own session and process group, like the command's)."""
+        if self.warm is None:
+            return None
+        from paiexp.backends import warm_start
+
+        env = dict(os.environ)
+        return warm_start.start(
+            self.warm, self.spec["command"], env, self.working_dir, log.fileno()
+        )
 
     def schedule(self, what: str, seconds: float) -> None:
         self.alarms[what] = time.monotonic() + seconds
@@ -308,8 +334,8 @@ STANDBY = "--standby"
 
 def await_job() -> list[str] | None:
     """On standby: the job's arguments, once the launcher hands them over as one JSON line
-    ``{"args": [JOB_DIR, GRACE, INSTALL, CACHE], "env": {...}}`` on standard input; the job's
-    environment becomes this process's.  None when the launcher closed the pipe without a
+    ``{"args": [JOB_DIR, GRACE, INSTALL, CACHE, [WARM]], "env": {...}}`` on standard input;
+    the job's environment becomes this process's.  None when the launcher closed the pipe without a
     whole line (it finished, or died): there is no job."""
     line = sys.stdin.buffer.readline()
     if not line.endswith(b"\n"):
@@ -327,8 +353,8 @@ def main(argv: list[str]) -> int:
         if job is None:
             return 0
         argv = job
-    job_dir, grace, install, cache_dir = argv
-    runner = Runner(job_dir, float(grace), install, cache_dir)
+    job_dir, grace, install, cache_dir, *warm = argv
+    runner = Runner(job_dir, float(grace), install, cache_dir, *warm)
     try:
         runner.run()
     except Exception as exc:  # a broken runner must still leave a final state behind

@@ -6,6 +6,10 @@ glues onto, and Optuna refuses the whole file from that line on.  Here an append
 is cut off again before the error goes on, and a torn last record (a launcher killed
 mid-append) is cut off before the next append: readers skip a last line without its newline,
 so the journal always reads as its last whole record left it.
+
+Each append is synced to the disk, as Optuna's own backend does, except one of intermediate
+values only (a pruned metric's steps: most of a sweep's records, reported as its jobs log
+them): the next record of another kind, at the latest its trial's end, syncs them with it.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ from typing import Any
 
 from optuna.storages.journal import JournalFileBackend
 from optuna.storages.journal._file import get_lock_file
+from optuna.storages.journal._storage import JournalOperation
 
+INTERMEDIATE = JournalOperation.SET_TRIAL_INTERMEDIATE_VALUE
 TAIL_CHUNK = 1 << 16  # bytes read at a time, backwards, looking for the last whole record
 
 
@@ -33,7 +39,8 @@ class WholeRecordJournal(JournalFileBackend):
                     os.ftruncate(descriptor, end)  # a torn record a killed launcher left
                 try:
                     write_all(descriptor, data)
-                    os.fsync(descriptor)
+                    if not all(log["op_code"] == INTERMEDIATE for log in logs):
+                        os.fsync(descriptor)
                 except OSError as exc:
                     os.ftruncate(descriptor, end)
                     exc.filename = exc.filename or self._file_path
