@@ -31,6 +31,7 @@ from paiexp.backends.base import BackendUnavailable
 from paiexp.diskfull import DiskFull, disk_full, record_details
 from paiexp.errors import UserError
 from paiexp.outage import OutageTooLong
+from paiexp.terminal import show_on_stderr
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -48,6 +49,7 @@ INFO_CHOICES = ("all", "config", "defaults", "defaults-tree", "searchpath")
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    show_on_stderr()
     try:
         if args and args[0] in COMMANDS:
             return COMMANDS[args[0]](args[1:])

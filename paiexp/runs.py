@@ -10,7 +10,6 @@ import dataclasses
 import json
 import re
 import secrets
-import sys
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from paiexp.metrics import unmatched_metrics
 from paiexp.monitor import JobMonitor, JobResult, job_log
 from paiexp.record import make_record
 from paiexp.spec import JobSpec, build_spec
+from paiexp.terminal import say, warn
 
 if TYPE_CHECKING:
     from paiexp.tracking import MlflowTracker
@@ -104,7 +104,7 @@ def submit(
         tracker.fail(run_id, f"submission failed: {exc}")
         raise
     tracker.set_tags(run_id, {"paiexp.job_id": handle.id, "paiexp.status": "SUBMITTED"})
-    _say(f"job {job.spec.name} submitted to backend={job.backend.name} (MLflow run {run_id})")
+    say(f"job {job.spec.name} submitted to backend={job.backend.name} (MLflow run {run_id})")
     return run_id, handle
 
 
@@ -140,14 +140,14 @@ def follow(
                 last_flush = time.monotonic()
             backend.wait([handle], backend.poll_interval)
         except BackendUnavailable as exc:  # the job runs on regardless: ask again later
-            _say(f"backend unavailable, polling again: {exc}")
+            warn(f"backend unavailable, polling again: {exc}")
             backend.wait([handle], backend.poll_interval)
         except KeyboardInterrupt:
             if stopping:
-                _say(f"detached; the job goes on. Follow it with: paiexp attach {spec.name}")
+                say(f"detached; the job goes on. Follow it with: paiexp attach {spec.name}")
                 raise
             stopping = True
-            _say("stopping the job (Ctrl-C again to detach and leave it running)")
+            say("stopping the job (Ctrl-C again to detach and leave it running)")
             backend.stop(handle)
     result = monitor.result(status)
     if status.state is JobState.SUCCEEDED:
@@ -181,7 +181,7 @@ def attach(
             tracker.fail(tracked.run_id, f"job {job_name} was never submitted")
         raise UserError(f"backend={backend.name} has no job named {job_name!r}")
     if tracked.status in TERMINAL_RUN_STATUSES:
-        _say(f"run {tracked.run_id} of job {job_name} is already {tracked.status}")
+        say(f"run {tracked.run_id} of job {job_name} is already {tracked.status}")
         return tracked.run_id, None
     spec = JobSpec.from_dict(json.loads(tracker.load_text(tracked.run_id, SPEC_ARTIFACT)))
     names = [definition.name for definition in spec.metric_definitions]
@@ -205,25 +205,21 @@ def summarize(
     took = ""
     if status.started_at and status.ended_at:
         took = f" in {status.ended_at - status.started_at:.1f} s"
-    _say(
+    say(
         f"job {result.handle.name}: {status.state.value}{took}"
         + (f" ({status.reason})" if status.reason else "")
     )
     if status.state is JobState.FAILED and not log_shown and result.log_tail:
         where = f" ({result.log_path})" if result.log_path else ""
-        _say(f"  the last lines of its log{where}:")
+        say(f"  the last lines of its log{where}:")
         for line in result.log_tail[-FAILED_LOG_LINES:]:
-            _say(f"    {line}")
+            say(f"    {line}")
     for name, value in sorted(result.metrics.items()):
-        _say(f"  {name} = {value:g}")
+        say(f"  {name} = {value:g}")
     if result.model_uri and status.state is JobState.SUCCEEDED:  # a failed job made none
-        _say(f"  model: {result.model_uri}")
+        say(f"  model: {result.model_uri}")
     for warning in result.warnings:
-        _say(f"warning: {warning}")
-    _say(f"  MLflow run {run_id}")
+        say(f"warning: {warning}")
+    say(f"  MLflow run {run_id}")
     for line in browse_lines(tracker_uri, experiment_id, run_id):
-        _say(f"  {line}")
-
-
-def _say(message: str) -> None:
-    print(f"[paiexp] {message}", file=sys.stderr, flush=True)
+        say(f"  {line}")

@@ -9,6 +9,7 @@ a sweep started from the command line is read and stopped from Python while it r
 from __future__ import annotations
 
 import json
+import logging
 import re
 import signal
 import subprocess
@@ -120,7 +121,10 @@ def test_a_job_from_keyword_arguments_is_tracked_as_a_cli_run(
     assert api_run.info.status == cli_run.info.status == "FINISHED"
 
 
-def test_a_job_run_without_waiting_is_followed_and_streamed(tmp_path: Path) -> None:
+def test_a_job_run_without_waiting_is_followed_and_streamed(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="paiexp.terminal")
     gate = tmp_path / "go"
     command = f"echo acc=0.1; while [ ! -e {gate} ]; do sleep 0.05; done; echo acc=0.9"
     job = paiexp.run(
@@ -134,6 +138,10 @@ def test_a_job_run_without_waiting_is_followed_and_streamed(tmp_path: Path) -> N
     assert job.wait(timeout=60).metric_series("acc") == [(0, 0.1), (1, 0.9)]
     (run,) = all_runs(tmp_path)
     assert run.info.status == "FINISHED" and run.info.run_id == job.run_id
+    # what the command line prints is the program's to show: nothing on the terminal itself
+    assert "[paiexp]" not in capfd.readouterr().err
+    said = [r.getMessage() for r in caplog.records if r.name == "paiexp.terminal"]
+    assert any(f"job {job.name} submitted to backend=local" in line for line in said), said
 
 
 def _image(settings: dict[str, Any]) -> list[str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 
 from omegaconf import DictConfig
@@ -12,6 +11,7 @@ from paiexp.pipeline.prepare import PreparedPipeline, prepare_pipeline
 from paiexp.pipeline.resume import check_state, start_again
 from paiexp.pipeline.runner import PipelineOutcome, PipelineRunner
 from paiexp.pipeline.tracking import PipelineRuns
+from paiexp.terminal import say
 
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
@@ -51,7 +51,3 @@ def summarize(
         note = outcome.notes.get(name)
         say(f"  {name:<{width}}  {status.value:<9}" + (f"  {note}" if note else ""))
     say(f"  MLflow run {run_id}; browse with: mlflow ui --backend-store-uri {uri}")
-
-
-def say(message: str) -> None:
-    print(f"[paiexp] {message}", file=sys.stderr, flush=True)
