@@ -281,14 +281,9 @@ def attach_job(name_or_run_id: str, *, tracker_uri: str | None = None, wait: boo
     from paiexp.compose import from_yaml
     from paiexp.runs import follow
     from paiexp.spec import JobSpec
-    from paiexp.tracking import (
-        CONFIG_ARTIFACT,
-        SPEC_ARTIFACT,
-        TERMINAL_RUN_STATUSES,
-        MlflowTracker,
-    )
+    from paiexp.tracking import CONFIG_ARTIFACT, SPEC_ARTIFACT, TERMINAL_RUN_STATUSES
 
-    tracker = MlflowTracker(tracker_uri, "paiexp")
+    tracker = reader(tracker_uri)
     tracked = tracker.get_run(name_or_run_id) if _is_run_id(name_or_run_id) else None
     tracked = tracked or tracker.find_run(name_or_run_id)
     if tracked is None or "paiexp.job_name" not in tracked.tags:
@@ -315,6 +310,19 @@ def attach_job(name_or_run_id: str, *, tracker_uri: str | None = None, wait: boo
     if wait:
         attached.wait()
     return attached
+
+
+def reader(tracker_uri: str | None, base_dir: Path | None = None) -> MlflowTracker:
+    """A tracker that reads runs and creates nothing: no experiment, and no new ``mlflow.db``
+    where a local store does not exist."""
+    from paiexp.download import sqlite_file
+    from paiexp.tracking import MlflowTracker, tracking_uri
+
+    uri = tracking_uri(tracker_uri, base_dir)
+    database = sqlite_file(uri)
+    if database is not None and not database.is_file():
+        raise UserError(f"tracker.uri: no MLflow store at {uri}; nothing has been tracked there")
+    return MlflowTracker(uri, None)
 
 
 def _is_run_id(text: str) -> bool:

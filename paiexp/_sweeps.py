@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from paiexp._jobs import Job, attach_job, from_project, user_errors
+from paiexp._jobs import Job, attach_job, from_project, reader, user_errors
 from paiexp._launch import launch_detached
 from paiexp.errors import UserError
 
@@ -383,12 +383,12 @@ def attach_sweep(
     """A sweep started anywhere (the command line, another kernel, another machine sharing
     the study), by its study's name (``storage``: its journal or database, default the
     project's ``optuna.journal``) or by its MLflow parent run's id."""
-    from paiexp.tracking import STUDY_NAME_TAG, MlflowTracker, tracking_uri
+    from paiexp.tracking import STUDY_NAME_TAG, tracking_uri
 
     base_dir = Path(project).absolute()
     uri = tracking_uri(tracker_uri, base_dir)
     if run_id is not None:
-        parent = MlflowTracker(uri, "paiexp").get_run(run_id)
+        parent = reader(uri).get_run(run_id)
         if parent is None or parent.tags.get("paiexp.kind") != "sweep":
             raise UserError(f"run_id: {run_id} is no sweep's parent run in {uri}")
         study_name = parent.tags[STUDY_NAME_TAG]

@@ -135,9 +135,13 @@ def _unreachable(exc: Exception) -> str:
 
 
 class MlflowTracker:
-    def __init__(self, uri: str | None, experiment: str, *, check_server: bool = True) -> None:
-        """``check_server``: a tracking server that does not answer is a UserError at once
-        (the sweep's tracking process, which rides out outages, checked it before)."""
+    def __init__(
+        self, uri: str | None, experiment: str | None, *, check_server: bool = True
+    ) -> None:
+        """``experiment``: the one runs are created in (made if new); None for a tracker that
+        only reads runs.  ``check_server``: a tracking server that does not answer is a
+        UserError at once (the sweep's tracking process, which rides out outages, checked it
+        before)."""
         self.uri = tracking_uri(uri)
         if check_server:
             check_tracking_server(self.uri)
@@ -155,7 +159,7 @@ class MlflowTracker:
         if new_database is not None:  # once per machine and MLflow version: build the cache
             create_sqlite_database(self.uri)
         self._client = MlflowClient(tracking_uri=self.uri)
-        self.experiment_id = self._experiment_id(experiment)
+        self.experiment_id = self._experiment_id(experiment) if experiment else ""
 
     def _experiment_id(self, name: str) -> str:
         from mlflow.exceptions import MlflowException

@@ -143,6 +143,13 @@ def test_a_job_run_without_waiting_is_followed_and_streamed(
     said = [r.getMessage() for r in caplog.records if r.name == "paiexp.terminal"]
     assert any(f"job {job.name} submitted to backend=local" in line for line in said), said
 
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    for name_or_id in (job.name, job.run_id):
+        again = paiexp.attach_job(name_or_id, tracker_uri=store)
+        assert (again.name, again.run_id, again.status) == (job.name, job.run_id, "SUCCEEDED")
+    with pytest.raises(paiexp.ConfigError, match="tracks a job 'nope'"):
+        paiexp.attach_job("nope", tracker_uri=store)
+
 
 def _image(settings: dict[str, Any]) -> list[str]:
     return [f"backend.image={settings['image']}"] if "image" in settings else []
@@ -206,10 +213,13 @@ def test_attaching_to_what_does_not_exist_raises_config_error(tmp_path: Path) ->
     root = project_with_sweep(tmp_path)
     with pytest.raises(paiexp.ConfigError, match="no study journal"):
         paiexp.attach_sweep("syn", project=root)
-    with pytest.raises(paiexp.ConfigError, match="tracks a job 'nope'"):
+    with pytest.raises(paiexp.ConfigError, match="no MLflow store at"):
         paiexp.attach_job("nope", tracker_uri=f"sqlite:///{root / 'mlflow.db'}")
     with pytest.raises(paiexp.ConfigError, match="this config is a sweep; run it with paiexp"):
         paiexp.run(paiexp.from_project("+sweep=syn", project=root))
+    with pytest.raises(paiexp.ConfigError, match="no MLflow store at"):
+        paiexp.attach_sweep(run_id="0" * 32, project=root)
+    assert_nothing_started(root)  # no mlflow.db, study or job made by looking
 
 
 def test_a_sweep_launched_without_waiting_outlives_the_process_that_launched_it(
