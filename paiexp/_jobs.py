@@ -55,7 +55,6 @@ class Composed:
     config: Config
     base_dir: Path
     overrides: tuple[str, ...] = ()
-    search_dirs: tuple[Path, ...] = ()
 
     @property
     def kind(self) -> str:
@@ -92,10 +91,8 @@ def from_project(
     located = locate_project(
         str(root / "conf"), config_name, [str(Path(d).absolute()) for d in config_dirs]
     )
-    cfg = compose_config(located, overrides)
-    composed = Composed(
-        cfg, to_object(cfg), located.base_dir, tuple(overrides), located.search_dirs
-    )
+    cfg = _tracked_in(compose_config(located, overrides), located.base_dir)
+    composed = Composed(cfg, to_object(cfg), located.base_dir, tuple(overrides))
     _validate(composed)
     return composed
 

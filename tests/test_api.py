@@ -320,3 +320,27 @@ def test_a_pipeline_started_from_python_reports_its_steps(tmp_path: Path) -> Non
     line = assert_one_line_error(run_paiexp(root, "+pipeline=broken"))
     assert line == f"paiexp: error: {raised.value}"
     assert not list((root / ".paiexp" / "launchers").glob("pipeline-broken-*"))
+
+
+def test_a_job_from_a_project_is_tracked_in_the_project_wherever_python_runs(
+    tmp_path: Path,
+) -> None:
+    root = project_with_sweep(tmp_path / "project")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = python(
+        elsewhere,
+        f"""
+        import paiexp
+        job = paiexp.run(paiexp.from_project("job.hyperparameters.duration=0.1",
+                                             project={str(root)!r}))
+        print(job.run_id, job.status)
+        """,
+    )
+    assert done.returncode == 0, done.stderr
+    run_id, status = done.stdout.split()
+    assert status == "SUCCEEDED"
+    (run,) = all_runs(root)  # as `python -m paiexp` run in the project tracks it
+    assert run.info.run_id == run_id
+    assert Path(run.info.artifact_uri.removeprefix("file://")).is_relative_to(root)
+    assert not (elsewhere / "mlflow.db").exists() and not (elsewhere / "mlruns").exists()
