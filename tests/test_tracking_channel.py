@@ -36,6 +36,13 @@ from paiexp.sweep.tracking_worker import TrackingWorker
 from paiexp.tracking import MAX_TAG_CHARS, PARAM_MAX_CHARS, MlflowTracker
 
 
+@pytest.fixture(autouse=True)
+def in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """These trackers run in this process: MLflow puts a new local store's artifacts under
+    the working directory's mlruns/, which is the test's, not the repository's."""
+    monkeypatch.chdir(tmp_path)
+
+
 def setup_in(root: Path, tracker_uri: str | None = None) -> TrackingSetup:
     storage = str(root / "optuna.journal")
     optuna.create_study(study_name="syn", storage=create_storage(storage))
