@@ -84,17 +84,29 @@ def from_project(
     """A project's config composed with Hydra ``overrides``, exactly as ``python -m paiexp
     OVERRIDES`` run in ``project`` composes it (``config_dirs``: as ``--config-dir``); the job
     (or the sweep, ``+sweep=NAME``) is validated before anything is returned."""
+    composed = compose_project(overrides, Path(project), config_dirs, config_name)
+    _validate(composed)
+    return composed
+
+
+def compose_project(
+    overrides: Sequence[str],
+    project: Path,
+    config_dirs: Sequence[str | os.PathLike[str]] = (),
+    config_name: str = "config",
+) -> Composed:
+    """:func:`from_project`'s composition, its checks left to the caller (a launch makes
+    them once, as it prepares what it launches)."""
     from paiexp.compose import compose as compose_config
     from paiexp.compose import locate_project, to_object
 
-    root = Path(project).absolute()
     located = locate_project(
-        str(root / "conf"), config_name, [str(Path(d).absolute()) for d in config_dirs]
+        str(project.absolute() / "conf"),
+        config_name,
+        [str(Path(d).absolute()) for d in config_dirs],
     )
     cfg = _tracked_in(compose_config(located, overrides), located.base_dir)
-    composed = Composed(cfg, to_object(cfg), located.base_dir, tuple(overrides))
-    _validate(composed)
-    return composed
+    return Composed(cfg, to_object(cfg), located.base_dir, tuple(overrides))
 
 
 @user_errors

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from paiexp._jobs import from_project, user_errors
+from paiexp._jobs import compose_project, user_errors
 from paiexp._launch import launch_detached
 from paiexp.errors import UserError
 
@@ -105,7 +105,7 @@ def start_pipeline(
 
     base_dir = Path(project).absolute()
     dirs = tuple(str(Path(d).absolute()) for d in config_dirs)
-    composed = from_project(*overrides, project=base_dir, config_dirs=dirs)
+    composed = compose_project(overrides, base_dir, dirs)
     if composed.kind != "pipeline":
         raise UserError(f"pipeline: the config is a {composed.kind}; select one with +pipeline=")
     located = locate_project(str(base_dir / "conf"), search_dirs=dirs)

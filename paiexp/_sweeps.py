@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from paiexp._jobs import Job, attach_job, from_project, reader, user_errors
+from paiexp._jobs import Job, attach_job, compose_project, reader, user_errors
 from paiexp._launch import launch_detached
 from paiexp.errors import UserError
 
@@ -331,7 +331,7 @@ def launch_sweep(
     from paiexp.tracking import tracking_uri
 
     _import_optuna()
-    composed = from_project(*overrides, project=base_dir, config_dirs=config_dirs)
+    composed = compose_project(overrides, base_dir, config_dirs)
     if composed.kind != "sweep":
         raise UserError(f"sweep: the config is a {composed.kind}; select one with +sweep=NAME")
     prepared = prepare_sweep(composed.cfg, composed.config, composed.base_dir, overrides)
