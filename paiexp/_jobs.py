@@ -22,10 +22,14 @@ if TYPE_CHECKING:
     from omegaconf import DictConfig
 
     from paiexp.backends import Backend, JobHandle
+    from paiexp.compose import Project
     from paiexp.config import Config
     from paiexp.monitor import JobResult
+    from paiexp.pipeline.prepare import PreparedPipeline
     from paiexp.runs import PreparedJob
     from paiexp.spec import JobSpec
+    from paiexp.sweep.prepared import PreparedSweep
+    from paiexp.sweep.spending import Projection
     from paiexp.tracking import MlflowTracker
 
 P = ParamSpec("P")
@@ -52,16 +56,24 @@ class Composed:
     """A composed, validated config: a job's, or a sweep's or pipeline's (``kind``)."""
 
     cfg: DictConfig
-    config: Config
     base_dir: Path
     overrides: tuple[str, ...] = ()
+    project: Project | None = field(default=None, repr=False)  # None: from keyword arguments
 
     @property
     def kind(self) -> str:
         """``job``, ``sweep`` or ``pipeline``."""
-        if self.config.pipeline is not None:
+        if self.cfg.get("pipeline") is not None:
             return "pipeline"
-        return "sweep" if self.config.sweep is not None else "job"
+        return "sweep" if self.cfg.get("sweep") is not None else "job"
+
+    @functools.cached_property
+    def config(self) -> Config:
+        """The config as its typed schema, interpolations resolved (a pipeline's steps refer
+        to results that do not exist yet: they resolve as each step runs)."""
+        from paiexp.compose import to_object
+
+        return to_object(self.cfg)
 
     @property
     def spec(self) -> JobSpec:
@@ -69,9 +81,35 @@ class Composed:
         return self.prepared().spec
 
     def prepared(self) -> PreparedJob:
+        """A job's every check made: what :func:`run_prepared` submits."""
         from paiexp.runs import prepare_config
 
         return prepare_config(self.cfg, self.base_dir, self.overrides)
+
+    def prepared_sweep(self) -> PreparedSweep:
+        """A sweep's every check made: what :func:`paiexp._sweeps.run_prepared_sweep` runs."""
+        from paiexp.sweep.prepared import prepare_sweep
+
+        return prepare_sweep(self.cfg, self.config, self.base_dir, self.overrides)
+
+    def projection(self) -> Projection:
+        """The most a sweep (or a job) can cost, nothing launched: ``.line()`` says it,
+        ``.total`` is a :class:`paiexp.cost.RunCost` (None: no job.max_run_time bounds it)."""
+        from paiexp.cost import prices_of
+        from paiexp.sweep.spending import projection
+
+        if self.kind == "pipeline":
+            raise UserError("projection: a pipeline's cost is not projected; its steps' are")
+        if self.kind == "sweep":
+            return self.prepared_sweep().projection
+        return projection(self.spec, 1, prices_of(self.config.backend))
+
+    def prepared_pipeline(self) -> PreparedPipeline:
+        """A pipeline's every check made (its steps composed from the same project)."""
+        from paiexp.pipeline.prepare import prepare_pipeline
+
+        assert self.project is not None, "a pipeline is composed from a project"
+        return prepare_pipeline(self.project, self.overrides, self.cfg)
 
 
 @user_errors
@@ -98,7 +136,7 @@ def compose_project(
     """:func:`from_project`'s composition, its checks left to the caller (a launch makes
     them once, as it prepares what it launches)."""
     from paiexp.compose import compose as compose_config
-    from paiexp.compose import locate_project, to_object
+    from paiexp.compose import locate_project
 
     located = locate_project(
         str(project.absolute() / "conf"),
@@ -106,7 +144,13 @@ def compose_project(
         [str(Path(d).absolute()) for d in config_dirs],
     )
     cfg = _tracked_in(compose_config(located, overrides), located.base_dir)
-    return Composed(cfg, to_object(cfg), located.base_dir, tuple(overrides))
+    return composed_from(located, cfg, overrides)
+
+
+def composed_from(project: Project, cfg: DictConfig, overrides: Sequence[str]) -> Composed:
+    """A config composed from ``project`` (the command line's, whose tracker is the working
+    directory's; or :func:`compose_project`'s)."""
+    return Composed(cfg, project.base_dir, tuple(overrides), project)
 
 
 @user_errors
@@ -118,6 +162,7 @@ def job(
     image: str | None = None,
     instance_type: str | None = None,
     instance_count: int = 1,
+    job_type: str | None = None,
     hyperparameters: Mapping[str, Any] | None = None,
     inputs: Mapping[str, str] | None = None,
     outputs: Mapping[str, str | None] | None = None,
@@ -147,6 +192,7 @@ def job(
         "image": image,
         "instance_type": instance_type,
         "instance_count": instance_count,
+        "job_type": job_type,
         "hyperparameters": dict(hyperparameters or {}),
         "inputs": dict(inputs or {}),
         "outputs": dict(outputs or {}),
@@ -160,7 +206,7 @@ def job(
     settings = {"name": backend} if isinstance(backend, str) else dict(backend)
     base_dir = Path(project).absolute()
     cfg = _tracked_in(_structured(values, settings, dict(tracker or {})), base_dir)
-    composed = Composed(cfg, _to_object(cfg), base_dir)
+    composed = Composed(cfg, base_dir)
     _validate(composed)
     return composed
 
@@ -225,9 +271,9 @@ def _validate(composed: Composed) -> None:
     if composed.kind == "job":
         composed.prepared()
     elif composed.kind == "sweep":
-        from paiexp.sweep.prepared import prepare_sweep
-
-        prepare_sweep(composed.cfg, composed.config, composed.base_dir, composed.overrides)
+        composed.prepared_sweep()
+    else:
+        composed.prepared_pipeline()
 
 
 @user_errors
@@ -252,6 +298,7 @@ def run_prepared(
     """Track, submit and follow a validated job.  Waiting, it is followed in this thread
     (a first Ctrl-C stops the job, a second leaves it running: see :func:`paiexp.runs.follow`);
     else in a thread of its own."""
+    from paiexp.cost import prices_of
     from paiexp.runs import follow, open_tracker, submit
 
     with _working_in(prepared.base_dir):  # MLflow's local artifacts: the project's mlruns/
@@ -268,6 +315,7 @@ def run_prepared(
             run_id,
             prepared.base_dir,
             echo=print if echo else None,
+            prices=prices_of(prepared.config.backend),
         )
 
     if wait:
@@ -288,6 +336,7 @@ def attach_job(name_or_run_id: str, *, tracker_uri: str | None = None, wait: boo
 
     from paiexp.backends import create_backend
     from paiexp.compose import from_yaml
+    from paiexp.cost import prices_of
     from paiexp.runs import follow
     from paiexp.spec import JobSpec
     from paiexp.tracking import CONFIG_ARTIFACT, SPEC_ARTIFACT, TERMINAL_RUN_STATUSES
@@ -311,7 +360,15 @@ def attach_job(name_or_run_id: str, *, tracker_uri: str | None = None, wait: boo
 
         def following() -> None:
             attached.result = follow(
-                backend, handle, spec, tracker, tracked.run_id, base_dir, echo=None, logged=logged
+                backend,
+                handle,
+                spec,
+                tracker,
+                tracked.run_id,
+                base_dir,
+                echo=None,
+                logged=logged,
+                prices=prices_of(stored.backend),
             )
 
         attached.follower = threading.Thread(target=following, daemon=True)

@@ -10,14 +10,18 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from paiexp._jobs import compose_project, user_errors
 from paiexp._launch import launch_detached
 from paiexp.errors import UserError
+
+if TYPE_CHECKING:
+    from paiexp.pipeline.prepare import PreparedPipeline
+    from paiexp.pipeline.runner import PipelineOutcome
 
 POLL_SECONDS = 1.0  # how often wait() looks at a pipeline another process runs
 
@@ -100,22 +104,44 @@ def start_pipeline(
 ) -> Pipeline:
     """Launch a pipeline (``'+pipeline=NAME'`` and any overrides) as the command line does,
     after every check it makes (a mistake raises before anything starts)."""
-    from paiexp.compose import locate_project
-    from paiexp.pipeline.prepare import prepare_pipeline
-
     base_dir = Path(project).absolute()
     dirs = tuple(str(Path(d).absolute()) for d in config_dirs)
     composed = compose_project(overrides, base_dir, dirs)
     if composed.kind != "pipeline":
         raise UserError(f"pipeline: the config is a {composed.kind}; select one with +pipeline=")
-    located = locate_project(str(base_dir / "conf"), search_dirs=dirs)
-    prepared = prepare_pipeline(located, overrides, composed.cfg)
-    name = prepared.graph.name
+    name = composed.prepared_pipeline().graph.name
     process, log_path = launch_detached(tuple(overrides), base_dir, dirs, f"pipeline-{name}")
     handle = Pipeline(name, base_dir, process, log_path)
     if wait:
         handle.wait()
     return handle
+
+
+def run_prepared_pipeline(
+    prepared: PreparedPipeline,
+    rerun: Sequence[str] = (),
+    *,
+    echo: Callable[[str], None] | None = None,
+) -> tuple[PipelineOutcome, str]:
+    """Run a checked pipeline in this process (the command line's launcher, and so each one
+    :func:`start_pipeline` detaches): its state locked, picked up where the launcher before
+    left it (``rerun``: these steps and the ones after them again), its runs closed.  Gives
+    the outcome and the tracking URI.  ``echo``: each line of the steps' job logs."""
+    from paiexp.pipeline.resume import check_state, start_again
+    from paiexp.pipeline.runner import PipelineRunner
+    from paiexp.pipeline.tracking import PipelineRuns
+    from paiexp.terminal import say
+
+    check_state(prepared, rerun)
+    prepared.state.lock()
+    prepared.state.reload()  # as the launcher before this one left it
+    start_again(prepared, check_state(prepared, rerun))
+    prepared.state.save()
+
+    runs = PipelineRuns(prepared.tracker, prepared)  # MLflow opens when first needed
+    outcome = PipelineRunner(prepared, runs, echo=echo, say=say).run()
+    runs.close(outcome.statuses, interrupted=outcome.interrupted)
+    return outcome, runs.uri
 
 
 @user_errors

@@ -8,6 +8,8 @@ Cheap to import: Optuna, MLflow and pandas load when a sweep is launched or read
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import os
 import signal
 import sqlite3
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from paiexp._display import StatusLine
 from paiexp._jobs import Job, attach_job, compose_project, reader, user_errors
 from paiexp._launch import launch_detached
 from paiexp.errors import UserError
@@ -26,6 +29,11 @@ from paiexp.errors import UserError
 if TYPE_CHECKING:
     import pandas
     from optuna import Study
+    from optuna.trial import FrozenTrial
+
+    from paiexp.sweep.prepared import PreparedSweep, SweepOutcome
+    from paiexp.sweep.progress import Progress
+    from paiexp.sweep.study import Objective
 
 POLL_SECONDS = 1.0  # how often wait() looks at a sweep another process runs
 OPEN_SECONDS = 120.0  # how long a new launcher may take to open its study
@@ -67,6 +75,7 @@ class Sweep:
     base_dir: Path = field(default_factory=Path.cwd)
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     log_path: Path | None = None  # the launcher's output, when this process started it
+    n_trials: int | None = None  # the study's total, when known (else read from its parent run)
 
     # -- progress --------------------------------------------------------------------------
 
@@ -92,26 +101,65 @@ class Sweep:
             return True
         return bool(self._live_launchers()) or self.counts()["running"] > 0
 
-    def wait(self, timeout: float | None = None) -> Sweep:
-        """Until the sweep's launchers ended; TimeoutError after ``timeout`` seconds."""
+    def status(self) -> str:
+        """The command line's status line, read from the study: ``sweep 12/30 done (10
+        complete, 2 pruned) · 2 running · best test-auc=0.98 (trial 7) · 01:05.2`` (from its
+        first trial's start to its last one's end, or to now while one runs)."""
+        from optuna.trial import TrialState
+
+        from paiexp.sweep.progress import best_of, best_text, status_line
+        from paiexp.sweep.spending import spent
+
+        study = self._study()
+        counts = {k.upper(): v for k, v in self.counts().items()}
+        counts["FAIL"] = counts.pop("FAILED")
+        counts["RETRIED"] = counts.pop("RERUN")
+        objectives = self._objectives(study)
+        complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        best = best_text(objectives, best_of(study, objectives, complete) if complete else [])
+        elapsed = _elapsed(study.get_trials(deepcopy=False))
+        total = spent(study.get_trials(deepcopy=False))
+        cost = total.text() if total else None
+        line = status_line(counts, self._total(study), counts["RUNNING"], best, elapsed, cost)
+        return line.plain
+
+    def wait(self, timeout: float | None = None, *, progress: bool = False) -> Sweep:
+        """Until the sweep's launchers ended; TimeoutError after ``timeout`` seconds.
+        ``progress``: meanwhile show :meth:`status`, kept current (in a notebook, one output
+        replaced in place)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        if self.process is not None:
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                raise TimeoutError(f"sweep {self.study_name} still running") from None
-        while self._live_launchers():
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"sweep {self.study_name} still running")
-            time.sleep(POLL_SECONDS)
+        shown = StatusLine() if progress else None
+        try:
+            while self._launched_here_runs() or self._live_launchers():
+                if shown is not None:
+                    shown.show(self.status())
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"sweep {self.study_name} still running")
+                self._pause()
+            if shown is not None:
+                shown.show(self.status())
+        finally:
+            if shown is not None:
+                shown.close()
         return self
 
-    def stop(self) -> None:
+    def _launched_here_runs(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def _pause(self) -> None:
+        """A poll's interval, cut short when the launcher started here ends."""
+        if self.process is None:
+            time.sleep(POLL_SECONDS)
+            return
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(POLL_SECONDS)
+
+    def stop(self, *, detach: bool = False) -> None:
         """As Ctrl-C in the launchers' terminals: no new trials; the running jobs stopped
-        (their points run again on the next launch) or, with ``sweep.on_interrupt=detach``,
-        left to it."""
+        (their points run again on the next launch) or, with ``detach`` (a SIGTERM) or
+        ``sweep.on_interrupt=detach``, left running for the next launch to re-attach."""
         for pid in self._live_launchers():
-            os.kill(pid, signal.SIGINT)
+            os.kill(pid, signal.SIGTERM if detach else signal.SIGINT)
 
     @user_errors
     def resume(self, n_trials: int | None = None, *, wait: bool = False) -> Sweep:
@@ -132,8 +180,9 @@ class Sweep:
 
     def results(self) -> pandas.DataFrame:
         """One row per trial, usable while the sweep runs: number, state, the objective
-        value(s), every parameter, each final metric (``metrics.NAME``), duration (s), job
-        name, MLflow run id and model URI."""
+        value(s), every parameter, each final metric (``metrics.NAME``), duration (s), what
+        its job cost (``instance_hours``, ``cost``, ``currency``: None until it ended or
+        unpriced), job name, MLflow run id and model URI."""
         import pandas
 
         study = self._study()
@@ -153,6 +202,7 @@ class Sweep:
                     **trial.params,
                     **{f"metrics.{k}": v for k, v in run.get("metrics", {}).items()},
                     "duration": (ended - started).total_seconds() if ended and started else None,
+                    **_cost_columns(trial),
                     "job_name": trial.user_attrs.get("paiexp:job_name"),
                     "run_id": run.get("run_id"),
                     "model_uri": run.get("paiexp.model_uri"),
@@ -180,15 +230,11 @@ class Sweep:
         from optuna.trial import TrialState
 
         from paiexp.sweep.progress import best_of
-        from paiexp.sweep.study import Objective
 
         complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         if not complete:
             return []
         names = self._objective_names(study)
-        objectives = [
-            Objective(name, d.name.lower()) for name, d in zip(names, study.directions, strict=True)
-        ]
         runs = self._runs(study)
         return [
             Best(
@@ -199,7 +245,7 @@ class Sweep:
                 runs.get(str(trial.number), {}).get("paiexp.model_uri"),
                 self.tracker_uri,
             )
-            for trial in best_of(study, objectives, complete)
+            for trial in best_of(study, self._objectives(study), complete)
         ]
 
     # -- reading -----------------------------------------------------------------------------
@@ -216,6 +262,25 @@ class Sweep:
         if recorded and len(recorded) == len(study.directions):
             return [str(name) for name in recorded]
         return [f"value_{i}" for i in range(len(study.directions))]
+
+    def _objectives(self, study: Study) -> list[Objective]:
+        from paiexp.sweep.study import Objective
+
+        names = self._objective_names(study)
+        return [
+            Objective(name, d.name.lower()) for name, d in zip(names, study.directions, strict=True)
+        ]
+
+    def _total(self, study: Study) -> int | None:
+        """``sweep.n_trials``: as launched here, else as its parent run records it."""
+        from paiexp.sweep.opening import PARENT_RUN_ATTR
+
+        parent = study.user_attrs.get(PARENT_RUN_ATTR)
+        if self.n_trials is None and parent:
+            tracked = reader(self.tracker_uri).get_run(parent)
+            recorded = tracked.tags.get("paiexp.n_trials") if tracked else None
+            self.n_trials = int(recorded) if recorded else None
+        return self.n_trials
 
     def _runs(self, study: Study) -> dict[str, dict[str, Any]]:
         """The trials' runs by trial number: run id, tags, final metrics."""
@@ -243,6 +308,18 @@ class Sweep:
             if identity is not None and dead_here(owner, host) is False:
                 pids.append(identity.pid)
         return pids
+
+
+def _cost_columns(trial: FrozenTrial) -> dict[str, Any]:
+    """What a trial's job cost, as the study recorded it (see paiexp.sweep.spending)."""
+    from paiexp.sweep.spending import trial_cost
+
+    cost = trial_cost(trial)
+    return {
+        "instance_hours": cost.instance_hours if cost else None,
+        "cost": cost.cost if cost else None,
+        "currency": cost.currency if cost else None,
+    }
 
 
 def _import_optuna() -> None:
@@ -327,14 +404,13 @@ def start_sweep(
 def launch_sweep(
     overrides: tuple[str, ...], base_dir: Path, config_dirs: tuple[str, ...], *, wait: bool
 ) -> Sweep:
-    from paiexp.sweep.prepared import prepare_sweep
     from paiexp.tracking import tracking_uri
 
     _import_optuna()
     composed = compose_project(overrides, base_dir, config_dirs)
     if composed.kind != "sweep":
         raise UserError(f"sweep: the config is a {composed.kind}; select one with +sweep=NAME")
-    prepared = prepare_sweep(composed.cfg, composed.config, composed.base_dir, overrides)
+    prepared = composed.prepared_sweep()
     process, log_path = launch_detached(overrides, base_dir, config_dirs, prepared.study_name)
     handle = Sweep(
         prepared.study_name,
@@ -344,11 +420,27 @@ def launch_sweep(
         base_dir,
         process,
         log_path,
+        prepared.sweep.n_trials,
     )
     _until_open(handle)
     if wait:
         handle.wait()
     return handle
+
+
+def run_prepared_sweep(prepared: PreparedSweep, progress: Progress | None = None) -> SweepOutcome:
+    """Run a checked sweep in this process to its end (or Ctrl-C): the crash-safe launcher
+    every sweep runs, the command line's and each one :func:`start_sweep` detaches alike.
+    ``progress``: what a person is shown meanwhile (default: nothing)."""
+    from rich.console import Console
+
+    from paiexp.sweep.launcher import Launcher
+    from paiexp.sweep.progress import Progress
+
+    shown = progress or Progress(
+        prepared.sweep.n_trials, prepared.objectives, console=Console(quiet=True)
+    )
+    return Launcher(prepared, shown).run()
 
 
 def _until_open(handle: Sweep) -> None:
@@ -399,3 +491,12 @@ def attach_sweep(
     handle = Sweep(study_name, location, uri, base_dir=base_dir)
     handle._study()  # a study that does not exist is a ConfigError now, not later
     return handle
+
+
+def _elapsed(trials: Sequence[FrozenTrial]) -> float:
+    """Seconds from the first trial's start to the last one's end (now, while one runs)."""
+    now = datetime.datetime.now()  # Optuna keeps trial times naive, in local time
+    spans = [(t.datetime_start, t.datetime_complete or now) for t in trials if t.datetime_start]
+    if not spans:
+        return 0.0
+    return (max(end for _, end in spans) - min(start for start, _ in spans)).total_seconds()

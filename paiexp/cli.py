@@ -5,7 +5,7 @@
     paiexp +pipeline=NAME [--rerun STEP]   run pipelines/NAME.yaml's steps (resumable)
     paiexp --cfg job [-p PKG] [--resolve]   print the composed config, run nothing
     paiexp --info [searchpath|defaults|...] print the config search path, defaults list, config
-    paiexp rerun RUN_ID [KEY=VALUE...] run a tracked run's job again from its stored config
+    paiexp rerun RUN_ID [KEY=VALUE...] run a tracked job again (--resume: from its checkpoints)
     paiexp attach JOB_NAME             follow a job whose launcher died, and close its run
     paiexp init [DIR]                  write a starter project (conf/, sweeps/, examples/)
     paiexp download RUN_ID DEST        fetch a run's model (or --channel NAME) from OSS
@@ -36,6 +36,7 @@ from paiexp.terminal import show_on_stderr
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
+    from paiexp._jobs import Composed
     from paiexp.compose import Project
     from paiexp.runs import PreparedJob
     from paiexp.sweep.prepared import PreparedSweep
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 
 EXIT_USER_ERROR = 2
 EXIT_JOB_FAILED = 1
+EXIT_INTERRUPTED = 130
 # What --info prints (Hydra's choices but plugins: paiexp runs no Hydra plugins).
 INFO_CHOICES = ("all", "config", "defaults", "defaults-tree", "searchpath")
 
@@ -173,6 +175,11 @@ def run_command(argv: Sequence[str]) -> int:
         choices=INFO_CHOICES,
         help="print the config search path, the defaults list and the config, and exit",
     )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the most the job or sweep can cost (backend.prices) and exit",
+    )
     parser.add_argument("--package", "-p", help="with --cfg: print only this config node")
     parser.add_argument("--resolve", action="store_true", help="with --cfg: resolve ${...}")
     parser.add_argument(
@@ -189,7 +196,8 @@ def run_command(argv: Sequence[str]) -> int:
     if sum((bool(args.cfg), args.multirun, args.info is not None)) > 1:
         raise UserError("only one of --multirun, --cfg and --info can be given")
 
-    from paiexp.compose import compose, show_info, to_object
+    from paiexp._jobs import composed_from
+    from paiexp.compose import compose, show_info
 
     project = _project(args)
     if args.info:
@@ -200,29 +208,29 @@ def run_command(argv: Sequence[str]) -> int:
     cfg = compose(project, args.overrides)
     if args.cfg:
         return print_config(cfg, args.package, args.resolve)
-    if cfg.pipeline is not None:
-        from paiexp.pipeline.launch import run_pipeline
-
-        return run_pipeline(project, args.overrides, cfg, args.rerun, args.quiet)
+    composed = composed_from(project, cfg, args.overrides)
+    if composed.kind == "pipeline":
+        return _pipeline(composed, args.rerun, quiet=args.quiet)
     if args.rerun:
         raise UserError("--rerun: only a pipeline's steps run again; add +pipeline=NAME")
-    config = to_object(cfg)
-    if config.sweep is not None:
-        from paiexp.sweep.prepared import prepare_sweep
-
-        sweep = prepare_sweep(cfg, config, project.base_dir, tuple(args.overrides))
-        return _sweep(sweep)
-
-    from paiexp.runs import prepare_config
-
-    job = prepare_config(cfg, project.base_dir, tuple(args.overrides))
-    return _run(job, quiet=args.quiet)
+    if args.dry_run:
+        print(composed.projection().line())
+        return 0
+    if composed.kind == "sweep":
+        return _sweep(composed.prepared_sweep())
+    return _run(composed.prepared(), quiet=args.quiet)
 
 
 def rerun_command(argv: Sequence[str]) -> int:
     parser = _parser("paiexp rerun", "Run a tracked run's job again from its stored config.")
     parser.add_argument(
         "run_id", metavar="RUN_ID", help="a run id (a sweep's: its best trial), or a sweep's name"
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="start from the checkpoints the run left (its checkpoints channel), e.g. after "
+        "its instances were reclaimed",
     )
     parser.add_argument(
         "overrides", nargs="*", metavar="KEY=VALUE", help="edits of the stored config"
@@ -238,12 +246,31 @@ def rerun_command(argv: Sequence[str]) -> int:
     project = _project(args)
     tracker = open_tracker(to_object(compose(project, [])))
     tracked = _get_run(tracker, args.run_id)
+    edits = list(args.overrides)
+    if args.resume:
+        edits.append(f"job.checkpoints={_quoted(_checkpoints_of(tracked))}")
     job = prepare_from_record(
         tracker.load_text(tracked.run_id, CONFIG_ARTIFACT),
         Path(tracked.tags["paiexp.project_dir"]),
-        args.overrides,
+        edits,
     )
     return _run(job, quiet=args.quiet, extra_tags={"paiexp.rerun_of": tracked.run_id})
+
+
+def _checkpoints_of(tracked: TrackedRun) -> str:
+    """Where a run's job left its checkpoints (its checkpoints channel's URI)."""
+    uri = tracked.tags.get("paiexp.output.checkpoints")
+    if not uri:
+        raise UserError(
+            f"--resume: run {tracked.run_id} recorded no checkpoints channel "
+            "(its job has not ended, or wrote none); rerun it without --resume"
+        )
+    return uri
+
+
+def _quoted(value: str) -> str:
+    """A Hydra override's value, quoted (a URI's characters are the grammar's too)."""
+    return "'" + value.replace("'", "\\'") + "'"
 
 
 def register_command(argv: Sequence[str]) -> int:
@@ -422,24 +449,24 @@ def _run(job: PreparedJob, *, quiet: bool, extra_tags: dict[str, str] | None = N
 
 def _multirun(project: Project, overrides: Sequence[str]) -> int:
     """``-m``: the sweep overrides' combinations as a grid sweep (see paiexp.sweep.multirun)."""
-    from paiexp.compose import compose, to_object
+    from paiexp._jobs import composed_from
+    from paiexp.compose import compose
     from paiexp.sweep.multirun import apply_grid, split_multirun
-    from paiexp.sweep.prepared import prepare_sweep
 
     plain, grid = split_multirun(overrides)
     cfg = compose(project, plain, multirun=True)
     if cfg.pipeline is not None:
         raise UserError("-m: a pipeline's steps cannot be run as a grid; drop -m or +pipeline")
     apply_grid(cfg, grid)
-    return _sweep(prepare_sweep(cfg, to_object(cfg), project.base_dir, tuple(overrides)))
+    return _sweep(composed_from(project, cfg, overrides).prepared_sweep())
 
 
 def _sweep(prepared: PreparedSweep) -> int:
-    from paiexp.sweep.launcher import Launcher
+    from paiexp._sweeps import run_prepared_sweep
     from paiexp.sweep.progress import Progress, print_summary
 
     progress = Progress(prepared.sweep.n_trials, prepared.objectives)
-    outcome = Launcher(prepared, progress).run()
+    outcome = run_prepared_sweep(prepared, progress)
     print_summary(
         progress.console,
         outcome,
@@ -449,8 +476,20 @@ def _sweep(prepared: PreparedSweep) -> int:
         prepared.base_dir,
     )
     if outcome.interrupted:
-        return 130
+        return EXIT_INTERRUPTED
     return EXIT_JOB_FAILED if outcome.failed or not outcome.completed else 0
+
+
+def _pipeline(composed: Composed, rerun: Sequence[str], *, quiet: bool) -> int:
+    from paiexp._pipelines import run_prepared_pipeline
+    from paiexp.pipeline.summary import summarize
+
+    prepared = composed.prepared_pipeline()  # every check; nothing created yet
+    outcome, uri = run_prepared_pipeline(prepared, rerun, echo=None if quiet else print)
+    summarize(prepared, outcome, prepared.state.run_id, uri)
+    if outcome.interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_JOB_FAILED if outcome.failed else 0
 
 
 def _get_run(tracker: MlflowTracker, run_id: str) -> TrackedRun:

@@ -73,6 +73,9 @@ class JobConfig:
     source_dir: str | None = None
     instance_type: str | None = None
     instance_count: int = 1
+    # PAI's job type, on every backend (the distributed variables of a multi-instance job
+    # depend on it); null: backend.job_type on backend=pai, else PyTorchJob.
+    job_type: PaiJobType | None = None
     hyperparameters: dict[str, Any] = field(default_factory=dict)
     inputs: dict[str, str] = field(default_factory=dict)
     outputs: dict[str, str | None] = field(default_factory=dict)
@@ -84,6 +87,18 @@ class JobConfig:
     # against them and metric_definitions before anything runs)
     output_parameters: list[str] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
+    # checkpoints to start from: an earlier job's checkpoints URI (oss:// on PAI, a path
+    # elsewhere), which the job finds in /ml/output/checkpoints
+    checkpoints: str | None = None
+
+
+@dataclass
+class PricesConfig:
+    """What an instance costs per hour, by instance type (``job.instance_type``), in
+    ``currency``: none are shipped; see the README's "What it costs"."""
+
+    currency: str | None = None  # e.g. CNY; needed once a price is set
+    per_hour: dict[str, float] = field(default_factory=dict)  # e.g. {ecs.g6.2xlarge: 2.02}
 
 
 @dataclass
@@ -91,6 +106,7 @@ class LocalBackendConfig:
     """Plain local processes that mirror the PAI ``/ml`` layout under ``root``."""
 
     name: str = "local"
+    prices: PricesConfig = field(default_factory=PricesConfig)
     root: str = ".paiexp/jobs"
     poll_interval: float = 0.2
     stop_grace_period: float = 10.0
@@ -112,6 +128,7 @@ class DockerBackendConfig:
     """Local containers laid out like PAI training jobs: the real ``/ml`` paths, limits."""
 
     name: str = "docker"
+    prices: PricesConfig = field(default_factory=PricesConfig)
     image: str | None = None  # overrides job.image (a local stand-in for the PAI image)
     root: str = ".paiexp/docker"
     poll_interval: float = 0.5
@@ -184,6 +201,10 @@ class SweepConfig:
     study_name: str | None = None
     timeout: float | None = None
     max_failures: int | None = None
+    # Budgets: no new trial once what is spent plus what the running trials (and the next)
+    # may at most spend would pass them; money (backend.prices' currency) or instance-hours.
+    max_cost: float | None = None
+    max_instance_hours: float | None = None
     retries: int = 1
     enqueue: list[dict[str, Any]] = field(default_factory=list)
     on_interrupt: InterruptMode = InterruptMode.stop
@@ -235,6 +256,7 @@ class PaiBackendConfig:
     """PAI training jobs through the PaiStudio TrainingJob API (credentials: env/chain only)."""
 
     name: str = "pai"
+    prices: PricesConfig = field(default_factory=PricesConfig)
     region: str = "cn-hangzhou"
     workspace_id: str | None = None
     # null: pai.<region>.aliyuncs.com; set for VPC endpoints (pai-vpc.<region>...) or emulators.
@@ -268,6 +290,7 @@ class OpenPaiBackendConfig:
     """OpenPAI jobs through REST API v2 (token: OPENPAI_TOKEN or a cluster alias; never here)."""
 
     name: str = "openpai"
+    prices: PricesConfig = field(default_factory=PricesConfig)
     # An alias of ~/.openpai/clusters.yaml (openpaisdk's): its pai_uri, user and token.
     cluster_alias: str | None = None
     rest_server_uri: str | None = None  # e.g. https://pai.example.com/rest-server

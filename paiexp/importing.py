@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from paiexp.backends.pai_api import parse_time, running_span
 from paiexp.compose import Project, compose, to_object
 from paiexp.errors import UserError
 from paiexp.metrics import MetricPoint
@@ -122,6 +123,7 @@ def imported_run(job: dict[str, Any], points: list[MetricPoint]) -> dict[str, An
         "job.image": algorithm.get("Image"),
         "job.instance_type": compute.get("EcsSpec"),
         "job.instance_count": compute.get("EcsCount"),
+        "job.job_type": algorithm.get("JobType"),
         "job.backend": "pai",
         "job.command": _command(algorithm.get("Command") or []),
     }
@@ -223,28 +225,15 @@ def _command(command: Sequence[str]) -> str:
 
 def _times(job: dict[str, Any]) -> tuple[float, float]:
     """When the job started running (else was created) and when it ended (else last changed)."""
-    transitions = job.get("StatusTransitions") or []
-    created = _parse(job.get("GmtCreateTime"))
-    running = [t for t in transitions if t.get("Status") == "Running" and t.get("StartTime")]
-    start = _parse(running[0]["StartTime"]) if running else created
-    ends = [t["EndTime"] for t in transitions if t.get("EndTime")]
-    end = _parse(ends[-1]) if ends else _parse(job.get("GmtModifiedTime"))
+    running, ended = running_span(job)
+    start = running or parse_time(job.get("GmtCreateTime"))
+    end = ended or parse_time(job.get("GmtModifiedTime"))
     start = start or end or 0.0
     return start, max(end or start, start)
 
 
 def _epoch(metric: dict[str, Any]) -> float:
-    return _parse(metric.get("Timestamp")) or 0.0
-
-
-def _parse(text: Any) -> float | None:
-    if not text:
-        return None
-    try:
-        moment = datetime.fromisoformat(str(text))
-    except ValueError:
-        return None
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+    return parse_time(metric.get("Timestamp")) or 0.0
 
 
 def _utc(text: str) -> str:

@@ -144,16 +144,17 @@ def _under(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
-def in_view(path: str, ml_dir: str) -> str:
-    """Where ``path`` under ``ml_dir`` is in the view: under ``/ml``."""
-    return ML + path[len(ml_dir) :] if _under(path, ml_dir) else path
+def in_view(path: str, ml_dir: str, root: str = ML) -> str:
+    """Where ``path`` under ``ml_dir`` is in the view: under ``/ml`` (or another ``root``)."""
+    return root + path[len(ml_dir) :] if _under(path, ml_dir) else path
 
 
-def rebase_paths(env: MutableMapping[str, str], ml_dir: str) -> None:
-    """Point the ``PAI_*`` variables that name a place under ``ml_dir`` at ``/ml`` instead."""
+def rebase_paths(env: MutableMapping[str, str], ml_dir: str, root: str = ML) -> None:
+    """Point the ``PAI_*`` variables that name a place under ``ml_dir`` at ``/ml`` (or another
+    ``root``: an instance's own tree) instead."""
     for name, value in list(env.items()):
         if name in PATH_VARIABLES or name.startswith(PATH_VARIABLE_PREFIXES):
-            env[name] = in_view(value, ml_dir)
+            env[name] = in_view(value, ml_dir, root)
 
 
 Snapshot = frozenset[tuple[str, int, int]]

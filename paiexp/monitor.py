@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from paiexp.backends.base import Backend, JobHandle, JobState, JobStatus
+from paiexp.cost import RunCost
 from paiexp.metrics import MetricExtractor, MetricPoint
 from paiexp.spec import JobSpec
 
@@ -35,11 +36,14 @@ class JobResult:
     console_url: str | None = None
     log_path: Path | None = None
     log_tail: list[str] = field(default_factory=list)
+    # a multi-instance job's logs by instance name (master-0, worker-0, ...)
+    instance_logs: dict[str, Path] = field(default_factory=dict)
     # metric -> (from the log, from the platform) where the two disagree
     mismatches: dict[str, tuple[float, float]] = field(default_factory=dict)
     # what a person should know although the job succeeded (one line each)
     warnings: list[str] = field(default_factory=list)
     model_empty: bool = False  # it succeeded, leaving its model channel empty
+    cost: RunCost | None = None  # its instance-hours and price (see paiexp.cost)
 
     @property
     def model_uri(self) -> str | None:
@@ -79,8 +83,12 @@ class JobMonitor:
         self.cursor = chunk.cursor
         if not chunk.lines:
             return []
-        with self.log_path.open("a", encoding="utf-8") as stream:
-            stream.writelines(line + "\n" for line in chunk.lines)
+        try:
+            with self.log_path.open("a", encoding="utf-8") as stream:
+                stream.writelines(line + "\n" for line in chunk.lines)
+        except OSError as exc:  # a write's or a close's error names no file: a full disk's
+            exc.filename = exc.filename or str(self.log_path)
+            raise
         self.tail.extend(chunk.lines)
         if self.echo is not None:
             for line in chunk.lines:
@@ -117,6 +125,7 @@ class JobMonitor:
             console_url=self.backend.console_url(self.handle),
             log_path=self.log_path,
             log_tail=list(self.tail),
+            instance_logs=self.backend.instance_logs(self.handle),
             warnings=[self.empty_model_warning(outputs["model"])] if empty else [],
             model_empty=empty,
         )

@@ -62,6 +62,7 @@ class RunRecord:
             "job.image": self.spec.image,
             "job.instance_type": self.spec.instance_type,
             "job.instance_count": str(self.spec.instance_count),
+            "job.job_type": self.spec.job_type,
             "job.backend": self.backend,
             "job.command": self.spec.command,
         }

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from paiexp.sweep.progress import trial_rows
 from paiexp.sweep.records import SWEEP_ID
+from paiexp.sweep.spending import spent
 
 if TYPE_CHECKING:
     from optuna import Study
@@ -144,6 +145,9 @@ def _summary(
         ),
         "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     }
+    total = spent(trials)
+    if total is not None:
+        items["cost"] = total.text()
     if len(objectives) == 1 and states.get("COMPLETE"):
         best = study.best_trial
         items["best"] = f"{best.value:.6g} (trial {best.number})"

@@ -20,6 +20,7 @@ from paiexp.backends import Backend, BackendUnavailable, JobHandle, JobState, cr
 from paiexp.browse import browse_lines
 from paiexp.compose import Project, compose, from_yaml, to_container, to_object
 from paiexp.config import Config
+from paiexp.cost import Prices, prices_of, run_cost
 from paiexp.errors import UserError
 from paiexp.metrics import unmatched_metrics
 from paiexp.monitor import JobMonitor, JobResult, job_log
@@ -68,6 +69,7 @@ def prepare_config(cfg: Any, base_dir: Path, overrides: tuple[str, ...]) -> Prep
     spec = build_spec(config.job, name=unique_job_name(config.job.name), base_dir=base_dir)
     backend = create_backend(config.backend, base_dir)
     backend.validate(spec)
+    prices_of(config.backend)  # its prices checked before anything is submitted
     return PreparedJob(config, data, spec, backend, base_dir, overrides)
 
 
@@ -86,7 +88,10 @@ def execute(
 ) -> tuple[str, JobResult]:
     """Track, submit and follow a prepared job to its end; returns the run id and result."""
     run_id, handle = submit(job, tracker, extra_tags=extra_tags)
-    result = follow(job.backend, handle, job.spec, tracker, run_id, job.base_dir, echo=echo)
+    prices = prices_of(job.config.backend)
+    result = follow(
+        job.backend, handle, job.spec, tracker, run_id, job.base_dir, echo=echo, prices=prices
+    )
     return run_id, result
 
 
@@ -118,13 +123,16 @@ def follow(
     *,
     echo: Echo | None = print,
     logged: Mapping[str, Collection[int]] | None = None,
+    prices: Prices | None = None,
 ) -> JobResult:
-    """Watch a submitted job until it ends, streaming metrics to its run, then close the run.
+    """Watch a submitted job until it ends, streaming metrics to its run, then close the run
+    with what it cost (``prices``: the backend's, none by default: instance-hours only).
 
     A first Ctrl-C stops the job (the run ends KILLED); a second leaves it running, to be
     picked up again with ``paiexp attach JOB_NAME``.  ``logged``: the metric steps its run
     holds already (a launcher that is gone followed it before), none of them logged again.
     """
+    followed_since = time.time()
     log_path = job_log(base_dir, spec.name)
     monitor = JobMonitor(backend, handle, spec, log_path, echo=echo, logged=logged)
     stopping = False
@@ -150,6 +158,13 @@ def follow(
             say("stopping the job (Ctrl-C again to detach and leave it running)")
             backend.stop(handle)
     result = monitor.result(status)
+    result.cost = run_cost(
+        spec.instance_type,
+        spec.instance_count,
+        status.started_at or followed_since,  # a platform that does not say: as seen here
+        status.ended_at or time.time(),
+        prices or Prices({}, None),
+    )
     if status.state is JobState.SUCCEEDED:
         result.warnings.extend(unmatched_metrics(spec.metric_definitions, result.metrics, log_path))
     tracker.finish(run_id, result, unlogged=monitor.take_unlogged(), resumed=logged is not None)
@@ -187,7 +202,15 @@ def attach(
     names = [definition.name for definition in spec.metric_definitions]
     logged = tracker.logged_steps(tracked.run_id, names)  # flushed by the launcher that died
     return tracked.run_id, follow(
-        backend, handle, spec, tracker, tracked.run_id, base_dir, echo=echo, logged=logged
+        backend,
+        handle,
+        spec,
+        tracker,
+        tracked.run_id,
+        base_dir,
+        echo=echo,
+        logged=logged,
+        prices=prices_of(stored.backend),
     )
 
 
@@ -218,6 +241,8 @@ def summarize(
         say(f"  {name} = {value:g}")
     if result.model_uri and status.state is JobState.SUCCEEDED:  # a failed job made none
         say(f"  model: {result.model_uri}")
+    if result.cost is not None:
+        say(f"  cost: {result.cost.text()}")
     for warning in result.warnings:
         say(f"warning: {warning}")
     say(f"  MLflow run {run_id}")

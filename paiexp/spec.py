@@ -33,6 +33,7 @@ class JobSpec:
     source_dir: str | None = None
     instance_type: str | None = None
     instance_count: int = 1
+    job_type: str | None = None  # None: the backend's default (PyTorchJob)
     hyperparameters: dict[str, str] = field(default_factory=dict)
     inputs: dict[str, str] = field(default_factory=dict)
     outputs: dict[str, str | None] = field(default_factory=dict)
@@ -41,6 +42,9 @@ class JobSpec:
     max_run_time: int | None = None
     metric_definitions: tuple[MetricDefinition, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)
+    # the checkpoints the job starts from (an earlier job's): on PAI its checkpoints channel,
+    # as the SDK's ``checkpoints_path``; elsewhere copied into its checkpoints directory
+    checkpoints: str | None = None
 
     @property
     def output_channels(self) -> list[str]:
@@ -99,6 +103,7 @@ def build_spec(job: Any, *, name: str, base_dir: Path) -> JobSpec:
         source_dir=_source_dir(job.source_dir, base_dir),
         instance_type=job.instance_type,
         instance_count=job.instance_count,
+        job_type=str(job.job_type) if job.job_type else None,
         hyperparameters=validate_hyperparameters(job.hyperparameters),
         inputs=_inputs(job.inputs, base_dir),
         outputs=_outputs(job.outputs, base_dir),
@@ -107,6 +112,7 @@ def build_spec(job: Any, *, name: str, base_dir: Path) -> JobSpec:
         max_run_time=job.max_run_time,
         metric_definitions=_metric_definitions(job.metric_definitions),
         labels=_labels(job.labels),
+        checkpoints=_checkpoints(job.checkpoints, base_dir),
     )
 
 
@@ -151,14 +157,14 @@ def _inputs(inputs: Mapping[str, str], base_dir: Path) -> dict[str, str]:
                 _fail(key, uri, "oss://BUCKET/path with a valid bucket name")
             resolved[channel] = uri
             continue
-        path = (base_dir / _local_path(uri)).resolve()
+        path = (base_dir / local_path(uri)).resolve()
         if not path.exists():
             raise UserError(f"{key}: input path {uri!r} does not exist (looked at {path})")
         resolved[channel] = str(path)
     return resolved
 
 
-def _local_path(uri: str) -> str:
+def local_path(uri: str) -> str:
     """A local input's path: a ``file://`` URI (how local backends name a job's outputs, which
     a pipeline's later step may take as an input) becomes its path."""
     if not uri.startswith("file://"):
@@ -181,6 +187,18 @@ def _outputs(outputs: Mapping[str, str | None], base_dir: Path) -> dict[str, str
         else:
             resolved[channel] = str((base_dir / uri).resolve())
     return resolved
+
+
+def _checkpoints(uri: str | None, base_dir: Path) -> str | None:
+    """``job.checkpoints``: an ``oss://`` URI as it is, a local directory resolved."""
+    if uri is None or uri.startswith("oss://"):
+        if uri is not None and not OSS_URI.match(uri):
+            _fail("job.checkpoints", uri, "oss://BUCKET/path with a valid bucket name")
+        return uri
+    path = (base_dir / local_path(uri)).resolve()
+    if not path.is_dir():
+        _fail("job.checkpoints", uri, "an existing directory or an oss:// URI")
+    return str(path)
 
 
 def _environments(environments: Mapping[str, str]) -> dict[str, str]:

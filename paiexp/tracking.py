@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from paiexp.backends.base import JobState
+from paiexp.cost import CURRENCY_TAG
 from paiexp.errors import UserError
 from paiexp.metrics import MetricPoint
 from paiexp.models import MODEL_URI_TAG
@@ -349,6 +350,19 @@ class MlflowTracker:
     def log_artifact(self, run_id: str, path: Path, artifact_dir: str) -> None:
         self._client.log_artifact(run_id, str(path), artifact_dir)
 
+    def log_instance_logs(self, run_id: str, result: JobResult) -> None:
+        """Each instance's log of a multi-instance job as ``logs/<job>/<instance>.log``, in
+        one upload."""
+        import shutil
+        import tempfile
+
+        if not result.instance_logs:
+            return
+        with tempfile.TemporaryDirectory() as directory:
+            for name, path in result.instance_logs.items():
+                shutil.copyfile(path, Path(directory, f"{name}.log"))
+            self._client.log_artifacts(run_id, directory, f"logs/{result.handle.name}")
+
     def set_status(self, run_id: str, status: str) -> None:
         """Change a run's status without ending it (a resumed sweep's parent: RUNNING)."""
         self._client.update_run(run_id, status=status)
@@ -388,6 +402,8 @@ class MlflowTracker:
         for name, value in result.output_parameters.items():
             step = len(result.series.get(name, ()))
             metrics.append(Metric(name, value, now, step))
+        cost = result.cost
+        metrics.extend(Metric(k, v, now, 0) for k, v in (cost.metrics() if cost else {}).items())
         if resumed:
             metrics = self._unheld(run_id, metrics)
         tags: dict[str, str | None] = {
@@ -398,6 +414,7 @@ class MlflowTracker:
             "paiexp.log_tail": "\n".join(result.log_tail) if status == "FAILED" else None,
             "paiexp.warning": "\n".join(result.warnings) or None,
             EMPTY_MODEL_TAG: "true" if result.model_empty else None,
+            CURRENCY_TAG: cost.currency if cost else None,
             **(extra_tags or {}),
         }
         for channel, uri in result.outputs.items():
@@ -411,6 +428,7 @@ class MlflowTracker:
         self._client.log_batch(run_id, metrics=metrics, params=params, tags=_tags(tags))
         if result.log_path is not None and result.log_path.exists():
             self.log_artifact(run_id, result.log_path, "logs")
+        self.log_instance_logs(run_id, result)
         if result.model_uri and status == "FINISHED" and not result.model_empty:
             self.log_model(run_id, result.model_uri)
         self.terminate(run_id, status)

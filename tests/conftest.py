@@ -40,6 +40,19 @@ def wait_until(
         time.sleep(interval)
 
 
+def job_end(backend: Any, handle: Any, timeout: float = 60.0) -> Any:
+    """A backend's job's final status (its ``poll`` and ``wait``, as a launcher follows it)."""
+
+    def ended() -> Any:
+        status = backend.poll([handle])[handle.id]
+        if status.state.terminal:
+            return status
+        backend.wait([handle], 0.5)
+        return None
+
+    return wait_until(ended, timeout, f"job {handle.name} to end", interval=0)
+
+
 def assert_stays(predicate: Callable[[], object], seconds: float, what: str) -> None:
     """``predicate`` holds throughout ``seconds`` (checking that nothing happens: there is
     no event to wait for, only a window to watch)."""
@@ -61,6 +74,12 @@ def docker_image_tag() -> str:
     return f"paiexp-test/bookworm-xgb:{hashlib.sha256(BUILD_SCRIPT.read_bytes()).hexdigest()[:12]}"
 
 
+def torch_image_tag() -> str:
+    """The tag build-torch.sh gives its image: the hash of both scripts."""
+    scripts = BUILD_SCRIPT.read_bytes() + BUILD_SCRIPT.with_name("build-torch.sh").read_bytes()
+    return f"paiexp-test/bookworm-torch:{hashlib.sha256(scripts).hexdigest()[:12]}"
+
+
 @pytest.fixture(scope="session")
 def docker_image() -> str:
     """The test image in a running engine. Without either, the docker tests FAIL (never skip,
@@ -77,6 +96,20 @@ def docker_image() -> str:
         client.images.get(tag)
     except docker.errors.ImageNotFound:
         pytest.fail(f"the test image {tag} is missing: run bash tests/images/build.sh")
+    return tag
+
+
+@pytest.fixture(scope="session")
+def torch_image(docker_image: str) -> str:
+    """The torch variant of the test image (Debian's python3-torch, for the DDP example in
+    containers): fails, never skips, without it."""
+    import docker
+
+    tag = torch_image_tag()
+    try:
+        docker.from_env().images.get(tag)
+    except docker.errors.ImageNotFound:
+        pytest.fail(f"the torch test image {tag} is missing: run bash tests/images/build-torch.sh")
     return tag
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from paiexp.backends import JobHandle, JobRejected, JobState, JobStatus, LogChunk
 from paiexp.errors import UserError
@@ -139,6 +140,9 @@ class FakeBackend:
 
     def console_url(self, handle: JobHandle) -> str | None:
         return None
+
+    def instance_logs(self, handle: JobHandle) -> dict[str, Path]:
+        return {}
 
     def running(self) -> list[FakeJob]:
         return [job for job in self.jobs.values() if not job.state.terminal]

@@ -9,6 +9,8 @@ from typing import Any
 import yaml
 from conftest import REPO
 
+from paiexp.jsonfiles import read_json
+
 JOB = {
     "name": "synthetic",
     "command": "python job.py",
@@ -83,3 +85,16 @@ def sweep_runs(root: Path) -> tuple[list[Any], list[Any]]:
     parents = [r for r in runs if r.data.tags.get("paiexp.kind") == "sweep"]
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
     return parents, children
+
+
+def jobs_dir(root: Path) -> Path:
+    """Where backend=local keeps a project's jobs."""
+    return root / ".paiexp" / "jobs"
+
+
+def running_jobs(root: Path) -> list[Path]:
+    """The local jobs whose runners run now."""
+    if not jobs_dir(root).exists():
+        return []
+    states = {d: read_json(d / "state.json") for d in jobs_dir(root).iterdir()}
+    return [d for d, s in states.items() if s and s["state"] == "RUNNING" and "pgid" in s]

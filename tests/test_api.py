@@ -28,7 +28,7 @@ from conftest import (
     run_paiexp,
     wait_until,
 )
-from sweep_helpers import load_study, synthetic_project
+from sweep_helpers import load_study, running_jobs, synthetic_project
 
 import paiexp
 
@@ -88,7 +88,7 @@ def test_a_job_from_keyword_arguments_is_tracked_as_a_cli_run(
         )
     )
     assert job.status == "SUCCEEDED"
-    assert job.metrics == {"acc": 0.5}
+    assert job.metrics["acc"] == 0.5 and set(job.metrics) == {"acc", "instance_hours"}
     assert job.metric_series("acc") == [(0, 0.5)]
     assert "acc=0.5" in job.log()
     assert job.download(tmp_path / "fetched") == [tmp_path / "fetched" / "m.txt"]
@@ -117,7 +117,8 @@ def test_a_job_from_keyword_arguments_is_tracked_as_a_cli_run(
     (cli_run,) = all_runs(conf)
     assert set(api_run.data.tags) == set(cli_run.data.tags)
     assert set(api_run.data.params) == set(cli_run.data.params)
-    assert api_run.data.metrics == cli_run.data.metrics == {"acc": 0.5}
+    assert set(api_run.data.metrics) == set(cli_run.data.metrics) == {"acc", "instance_hours"}
+    assert api_run.data.metrics["acc"] == cli_run.data.metrics["acc"] == 0.5
     assert api_run.info.status == cli_run.info.status == "FINISHED"
 
 
@@ -223,7 +224,7 @@ def test_attaching_to_what_does_not_exist_raises_config_error(tmp_path: Path) ->
 
 
 def test_a_sweep_launched_without_waiting_outlives_the_process_that_launched_it(
-    tmp_path: Path,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     root = project_with_sweep(tmp_path, n_trials=6)
     launched = python(
@@ -241,17 +242,22 @@ def test_a_sweep_launched_without_waiting_outlives_the_process_that_launched_it(
     wait_until(lambda: (root / "optuna.journal").exists(), 60, "the launcher to open the study")
     sweep = paiexp.attach_sweep("syn", project=root)
     wait_until(lambda: sweep.counts()["complete"] >= 1, 120, "a trial of the sweep to complete")
-    sweep.wait(timeout=240)
+    sweep.wait(timeout=240, progress=True)
     counts = sweep.counts()
     assert counts == {"complete": 6, "pruned": 0, "failed": 0, "rerun": 0, "running": 0}
     log = next((root / ".paiexp" / "launchers").glob("syn-*.log")).read_text()
-    assert "sweep 6/6 done (6 complete, 0 pruned)" in log, log  # what the CLI said
+    said = re.search(r"^sweep 6/6 done \(6 complete, 0 pruned\).*$", log, re.MULTILINE)
+    assert said, log  # what the CLI's status line said last
+    # the same line, read from the study (all but the time taken, counted differently)
+    assert sweep.status().rsplit(" · ", 1)[0] == said.group(0).rsplit(" · ", 1)[0]
+    shown = capsys.readouterr().err.splitlines()  # not a terminal: a line per change
+    assert shown[-1] == sweep.status() and len(shown) >= 2
     ledger = [json.loads(line)["x"] for line in (root / "ledger.txt").read_text().splitlines()]
     assert sorted(Counter(ledger).values()) == [1] * 6, "a job ran twice"
 
     parent_run = load_study(root).user_attrs["paiexp:parent_run_id"]
     by_run = paiexp.attach_sweep(run_id=parent_run, project=root)
-    assert by_run.counts() == counts
+    assert by_run.counts() == counts and by_run.status() == sweep.status()
     best = by_run.best
     results = by_run.results()
     assert len(results) == 6 and set(results["state"]) == {"COMPLETE"}
@@ -297,6 +303,41 @@ def test_a_cli_sweep_is_read_and_stopped_from_python_while_it_runs(tmp_path: Pat
     assert len(done) == 6 and done["run_id"].notna().all() and done["score"].notna().all()
 
 
+def test_a_sweep_stopped_with_detach_leaves_its_jobs_to_the_next_launch(tmp_path: Path) -> None:
+    root = project_with_sweep(tmp_path, n_trials=3, parallelism=2)
+    ledger, gate = root / "ledger.txt", root / "gate"
+    env = clean_env(LEDGER=str(ledger), GATE=str(gate))  # its jobs run until the gate opens
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "paiexp", "+sweep=syn"],
+        cwd=root,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(lambda: len(running_jobs(root)) == 2, 120, "two jobs of the sweep to run")
+        sweep = paiexp.attach_sweep("syn", project=root)
+        sweep.stop(detach=True)  # a SIGTERM: no new trials, the jobs left running
+        _, err = launcher.communicate(timeout=120)
+    finally:
+        if launcher.poll() is None:
+            launcher.send_signal(signal.SIGKILL)
+            launcher.wait()
+    assert launcher.returncode == 130, err
+    assert "leaving running jobs to a later launch" in err
+    assert len(running_jobs(root)) == 2  # still running, detached
+    assert sweep.counts()["running"] == 2
+
+    gate.touch()
+    again = run_paiexp(root, "+sweep=syn", env=env)
+    assert again.returncode == 0, again.stderr
+    assert "re-attaching" in again.stderr
+    assert sweep.counts() == {"complete": 3, "pruned": 0, "failed": 0, "rerun": 0, "running": 0}
+    lines = ledger.read_text().splitlines()
+    assert len(lines) == 3 == len(set(lines))  # no job ran twice
+
+
 def test_a_pipeline_started_from_python_reports_its_steps(tmp_path: Path) -> None:
     from pipeline_helpers import statuses, write_pipeline
 
@@ -319,6 +360,9 @@ def test_a_pipeline_started_from_python_reports_its_steps(tmp_path: Path) -> Non
         paiexp.start_pipeline("+pipeline=broken", project=root)
     line = assert_one_line_error(run_paiexp(root, "+pipeline=broken"))
     assert line == f"paiexp: error: {raised.value}"
+    with pytest.raises(paiexp.ConfigError) as composing:  # composing checks the steps too
+        paiexp.from_project("+pipeline=broken", project=root)
+    assert str(composing.value) == str(raised.value)
     assert not list((root / ".paiexp" / "launchers").glob("pipeline-broken-*"))
 
 

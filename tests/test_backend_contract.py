@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import re
 import time
 import uuid
@@ -372,16 +373,6 @@ PLATFORMS: dict[str, Callable[[pytest.FixtureRequest, Path], Platform]] = {
 }
 MARKS = {"docker": [pytest.mark.docker], "pai": [pytest.mark.slow], "openpai": [pytest.mark.docker]}
 
-# Scenarios a backend is known to fail (a bug to fix in the backend, not here): strict, so
-# the mark must go once the backend is fixed.
-KNOWN_BUGS: dict[tuple[str, str], str] = {}
-
-
-def known_bug(request: pytest.FixtureRequest, platform: Platform, scenario: str) -> None:
-    reason = KNOWN_BUGS.get((platform.name, scenario))
-    if reason:
-        request.applymarker(pytest.mark.xfail(reason=reason, strict=True))
-
 
 @pytest.fixture(params=[pytest.param(name, marks=MARKS.get(name, [])) for name in PLATFORMS])
 def platform(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Platform]:
@@ -518,10 +509,7 @@ def test_outputs_point_where_the_files_are(platform: Platform) -> None:
     assert platform.backend.output_is_empty(handle, "no-such-channel")
 
 
-def test_output_parameters_are_read_back(
-    platform: Platform, request: pytest.FixtureRequest
-) -> None:
-    known_bug(request, platform, "output_parameters")
+def test_output_parameters_are_read_back(platform: Platform) -> None:
     handle = platform.submit(
         platform.spec("params", 'echo 0.75 > "${PAI_OUTPUT_OUTPUT_PARAMETERS:?is not set}/acc"')
     )
@@ -542,6 +530,33 @@ def test_label_never_raises(platform: Platform) -> None:
         broken.label(ghost, {"paiexp-run": "r3"})
 
 
+@pytest.mark.parametrize("job_type", ["PyTorchJob", "TFJob"])
+def test_every_instance_gets_the_distributed_contract(platform: Platform, job_type: str) -> None:
+    show = 'echo "dist $RANK $WORLD_SIZE $MASTER_ADDR $MASTER_PORT $NPROC_PER_NODE ${TF_CONFIG:-}"'
+    spec = platform.spec("dist", show, instance_count=2, job_type=job_type)
+    handle = platform.submit(spec)
+    assert platform.finish(handle).state is JobState.SUCCEEDED
+    logs = platform.backend.instance_logs(handle)
+    names = ["worker-0", "worker-1"] if job_type == "TFJob" else ["master-0", "worker-0"]
+    assert sorted(logs) == names
+    seen = {}
+    for rank, name in enumerate(names):
+        (line,) = [x for x in logs[name].read_text().splitlines() if x.startswith("dist ")]
+        _, got_rank, world, host, port, nproc, *tf_config = line.split(" ", 6)
+        assert (got_rank, world, nproc) == (str(rank), "2", "1"), name
+        seen[name] = (host, int(port))
+        if job_type == "TFJob":
+            config = json.loads(tf_config[0])
+            assert config["task"] == {"type": "worker", "index": rank}
+            assert config["environment"] == "cloud"
+            assert len(config["cluster"]["worker"]) == 2
+            assert config["cluster"]["worker"][0] == f"{host}:{port}"  # the master's
+        else:
+            assert tf_config == [""]
+    assert len(set(seen.values())) == 1, seen  # every instance is told the same master
+    assert platform.log(handle) == logs[names[0]].read_text().splitlines()  # the master's
+
+
 def test_validate_rejects_a_bad_spec_before_anything_is_submitted(platform: Platform) -> None:
     for case, (fields, message) in platform.bad_specs.items():
         spec = platform.spec(f"bad-{case}", "echo never", **fields)
@@ -553,9 +568,8 @@ def test_validate_rejects_a_bad_spec_before_anything_is_submitted(platform: Plat
 
 
 def test_validate_rejects_an_input_path_that_does_not_exist(
-    platform: Platform, request: pytest.FixtureRequest, tmp_path: Path
+    platform: Platform, tmp_path: Path
 ) -> None:
-    known_bug(request, platform, "missing_input")
     missing = tmp_path / "no-such-data" / "train.csv"
     spec = platform.spec("bad-input", "echo never", inputs={"train": str(missing)})
     with pytest.raises(UserError, match=r"job\.inputs\.train"):

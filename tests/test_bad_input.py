@@ -73,6 +73,13 @@ CASES = {
         "+job.inputs.bad-name=examples/xgb/data/train.csv",
         mentions=("job.inputs", "bad-name", "channel name"),
     ),
+    "missing-checkpoints-dir": case(
+        "job.checkpoints=nowhere", mentions=("job.checkpoints", "nowhere", "existing directory")
+    ),
+    "local-backend-oss-checkpoints": case(
+        "job.checkpoints=oss://bucket/ckpt/",
+        mentions=("job.checkpoints", "oss://bucket/ckpt/", "backend=local"),
+    ),
     "local-backend-oss-input": case(
         "+job.inputs.extra=oss://bucket/data.csv",
         mentions=("job.inputs.extra", "oss://bucket/data.csv", "backend=local"),
@@ -131,6 +138,14 @@ CASES = {
         "backend=openpai", mentions=("backend.rest_server_uri", "required", "backend=openpai")
     ),
     "instance-count-zero": case("job.instance_count=0", mentions=("job.instance_count", ">= 1")),
+    "local-instance-count-beyond-the-cpus": case(
+        "job.instance_count=100000",
+        mentions=("job.instance_count", "100000", "CPUs", "expected 1 to"),
+    ),
+    "job-type-pai-does-not-know": case(
+        "job.job_type=SparkJob",
+        mentions=("job.job_type", "SparkJob", "PyTorchJob", "TFJob", "XGBoostJob", "MPIJob"),
+    ),
     "max-run-time-zero": case("job.max_run_time=0", mentions=("job.max_run_time",)),
     "unresolvable-interpolation": case(
         "job.command=${oc.env:PAIEXP_TEST_NO_SUCH_VARIABLE}",

@@ -57,6 +57,22 @@ def test_the_sweep_package_imports_one_way() -> None:
         visit(module)
 
 
+def test_the_command_line_runs_through_the_python_api() -> None:
+    """The CLI composes, checks and runs jobs, sweeps and pipelines with the API's calls
+    (paiexp._jobs, _sweeps, _pipelines): no launcher, runner or submission of its own."""
+    imported = _imported(REPO / "paiexp" / "cli.py", "paiexp.")
+    assert {"paiexp._jobs", "paiexp._sweeps", "paiexp._pipelines"} <= imported
+    runners = {"paiexp.sweep.launcher", "paiexp.pipeline.runner", "paiexp.pipeline.resume"}
+    assert not imported & runners
+    names = {
+        alias.name
+        for node in ast.walk(ast.parse((REPO / "paiexp" / "cli.py").read_text()))
+        if isinstance(node, ast.ImportFrom) and node.module == "paiexp.runs"
+        for alias in node.names
+    }
+    assert not names & {"submit", "follow", "prepare_config"}
+
+
 def _imported(path: Path, prefix: str) -> set[str]:
     """The modules starting with ``prefix`` that ``path`` imports anywhere in it."""
     found = set()

@@ -108,3 +108,26 @@ def test_a_full_disk_stops_the_sweep_in_one_line_and_the_relaunch_completes_it(
     assert runs == Counter(str(t.number) for t in ran), "a trial has no run, or two"
     statuses = {run.data.tags["paiexp.trial_number"]: run.info.status for run in children}
     assert {statuses[str(t.number)] for t in complete} == {"FINISHED"}
+
+
+def test_a_job_log_that_cannot_be_copied_names_its_file(tmp_path: Path, small_disk: Path) -> None:
+    """The launcher's copy of a job's log fails on a full disk when it is flushed, an error
+    naming no file: the disk-full line still names it."""
+    from paiexp.backends import JobState
+    from paiexp.backends.local import LocalBackend
+    from paiexp.config import LocalBackendConfig
+    from paiexp.diskfull import disk_full
+    from paiexp.monitor import JobMonitor
+    from paiexp.spec import JobSpec
+
+    backend = LocalBackend(LocalBackendConfig(root=str(tmp_path / "jobs")), tmp_path)
+    handle = backend.submit(JobSpec(name="talk", command="echo one; echo two"))
+    backend.wait([handle], 60)
+    wait_until(lambda: backend.poll([handle])[handle.id].state is JobState.SUCCEEDED, 60, "end")
+    copy = small_disk / "talk.log"
+    monitor = JobMonitor(backend, handle, JobSpec(name="talk", command="x"), copy)
+    fill_disk(small_disk)
+    with pytest.raises(OSError) as raised:
+        monitor.pull(final=True)
+    full = disk_full(raised.value)
+    assert full is not None and full.path == str(copy), raised.value

@@ -193,3 +193,17 @@ def test_a_second_runner_never_runs_the_job_again(tmp_path: Path) -> None:
         1.0,
         "one run, SUCCEEDED, with late runners started",
     )
+
+
+def test_a_job_starts_with_a_copy_of_the_checkpoints_it_is_given(tmp_path: Path) -> None:
+    backend = make_backend(tmp_path)
+    earlier = backend.submit(
+        JobSpec(name="earlier", command='echo 2 > "$PAI_OUTPUT_CHECKPOINTS/epoch"')
+    )
+    assert wait_for(backend, earlier).state is JobState.SUCCEEDED
+    checkpoints = backend.outputs(earlier)["checkpoints"]  # a file:// URI
+    command = 'cat "$PAI_OUTPUT_CHECKPOINTS/epoch"; echo 3 > "$PAI_OUTPUT_CHECKPOINTS/epoch"'
+    later = backend.submit(JobSpec(name="later", command=command, checkpoints=checkpoints))
+    assert wait_for(backend, later).state is JobState.SUCCEEDED
+    assert read_all_logs(backend, later) == ["2"]
+    assert (backend.job_dir("earlier") / "ml/output/checkpoints/epoch").read_text() == "2\n"

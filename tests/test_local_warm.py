@@ -8,6 +8,7 @@ false``), and the two reports must be the same, bar the one field that says how 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -16,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import wait_until
+from conftest import job_end, wait_until
 from test_contract_probe import HYPERPARAMETERS, assert_contract_seen, write_probe_project
 
-from paiexp.backends import JobHandle, JobState, JobStatus
+from paiexp.backends import JobState, JobStatus
 from paiexp.backends.local import LocalBackend
 from paiexp.backends.threads import cpu_share
 from paiexp.config import LocalBackendConfig
@@ -95,19 +96,8 @@ def code_dir(tmp_path: Path, script: str = PROBE, name: str = "probe.py") -> Pat
 
 def run(backend: LocalBackend, spec: JobSpec) -> tuple[JobStatus, list[str]]:
     handle = backend.submit(spec)
-    status = finish(backend, handle)
+    status = job_end(backend, handle)
     return status, backend.read_logs(handle, 0, final=True).lines
-
-
-def finish(backend: LocalBackend, handle: JobHandle) -> JobStatus:
-    def ended() -> JobStatus | None:
-        status = backend.poll([handle])[handle.id]
-        if status.state.terminal:
-            return status
-        backend.wait([handle], 0.5)
-        return None
-
-    return wait_until(ended, 60, f"job {handle.name} to end", interval=0)
 
 
 def probe_spec(code: Path, name: str = "probe", end: str = "") -> JobSpec:
@@ -206,7 +196,7 @@ def test_a_stopped_warm_job_takes_its_children_with_it(tmp_path: Path) -> None:
     child = int(pid.removeprefix("child="))
     assert process_alive(child, None)
     backend.stop(handle)
-    assert finish(backend, handle).state is JobState.STOPPED
+    assert job_end(backend, handle).state is JobState.STOPPED
     wait_until(lambda: not process_alive(child, None), 30, "the job's child to be stopped")
 
 
@@ -290,3 +280,31 @@ def test_what_cannot_start_warm_runs_as_before(
     assert not seen(lines)["warm"]
     if case == "shell":
         assert lines[-1] == "after"
+
+
+def test_every_instance_of_a_multi_instance_job_starts_warm(tmp_path: Path) -> None:
+    """Each instance is forked from a warm interpreter as a one-instance job is, sees what a
+    cold instance sees (its own rank), and draws its own random numbers."""
+    code = code_dir(tmp_path)
+    reports = {}
+    for mode in ("warm", "cold"):
+        backend = make_backend(tmp_path / mode, warm=mode == "warm")
+        spec = dataclasses.replace(probe_spec(code), instance_count=2)
+        handle = backend.submit(spec)
+        assert job_end(backend, handle).state is JobState.SUCCEEDED
+        logs = backend.instance_logs(handle)
+        assert sorted(logs) == ["master-0", "worker-0"]
+        reports[mode] = {
+            name: json.loads(path.read_text().splitlines()[0]) for name, path in logs.items()
+        }
+    warm, cold = reports["warm"], reports["cold"]
+    assert all(r["warm"] for r in warm.values()) and not any(r["warm"] for r in cold.values())
+    assert warm["master-0"]["random"] != warm["worker-0"]["random"]
+    assert warm["master-0"]["numpy_random"] != warm["worker-0"]["numpy_random"]
+    for name, rank in (("master-0", "0"), ("worker-0", "1")):
+        for field in DIFFERS:
+            del warm[name][field], cold[name][field]
+        for report in (warm[name], cold[name]):
+            assert report["environment"]["RANK"] == rank
+            del report["environment"]["MASTER_PORT"]  # a free port, each job its own
+        assert warm[name] == cold[name]

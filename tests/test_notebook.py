@@ -49,6 +49,10 @@ def test_the_example_notebook_runs_top_to_bottom(
     assert shown[0].strip() == "'xgb'"
     counted = re.search(r"(\d+) trials: (\{.*\})", shown[3])
     assert counted, shown[3]
+    # the compact progress: one output, replaced in place, last showing the sweep done
+    status = re.search(rf"^sweep {N_TRIALS}/{N_TRIALS} done \((\d+) complete.*$", shown[3], re.M)
+    assert status, shown[3]
+    assert shown[3].count("sweep ") == 1
     study = load_study(root, "xgb")
     assert int(counted.group(1)) == len(study.trials) == N_TRIALS
 

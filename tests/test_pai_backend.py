@@ -263,6 +263,12 @@ def test_a_single_run_on_pai_is_labelled_with_its_mlflow_run(
     assert run.data.tags["paiexp.job_id"] == job["TrainingJobId"]
     assert run.data.metrics["test-auc"] > 0.9
     assert "paiexp.metric_mismatch" not in run.data.tags  # log and service agree
+    # billed as PAI bills: from its first Running to its end, as StatusTransitions say
+    from paiexp.backends.pai_api import running_span
+
+    started, ended = running_span(job)
+    assert started is not None and ended is not None
+    assert run.data.metrics["instance_hours"] == pytest.approx((ended - started) / 3600)
 
 
 def test_images_lists_official_training_images(cloud: Emulator, tmp_path: Path) -> None:

@@ -141,7 +141,7 @@ CASES = {
     ),
     "unknown-sweep": (
         ("+pipeline=unknown_sweep",),
-        ("pipeline.steps.search.sweep", "no such sweep 'nope'", "available: xgb"),
+        ("pipeline.steps.search.sweep", "no such sweep 'nope'", "available: ddp, xgb"),
     ),
     "unknown-job": (
         ("+pipeline=unknown_job",),

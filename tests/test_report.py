@@ -74,7 +74,7 @@ def test_report_of_a_sweep_writes_its_plots_and_logs_one_artifact(tmp_path: Path
 def test_report_mistakes_are_one_line_errors(tmp_path: Path) -> None:
     root = xgb_project(tmp_path)
     unknown = assert_one_line_error(run_paiexp(root, "report", "nosuch"))
-    assert "'nosuch' is neither a sweep (available: xgb) nor an MLflow run id" in unknown
+    assert "'nosuch' is neither a sweep (available: ddp, xgb) nor an MLflow run id" in unknown
     not_run = assert_one_line_error(run_paiexp(root, "report", "xgb"))
     assert "no study journal at" in not_run and "run the sweep first" in not_run
     assert_nothing_started(root)

@@ -12,7 +12,9 @@ import pytest
 from conftest import clean_env, run_paiexp, wait_until
 from sweep_helpers import (
     children_by_trial,
+    jobs_dir,
     load_study,
+    running_jobs,
     sweep_runs,
     synthetic_project,
     third_trial_pruned,
@@ -20,10 +22,6 @@ from sweep_helpers import (
 
 from paiexp.jsonfiles import read_json
 from paiexp.processes import process_alive
-
-
-def jobs_dir(root: Path) -> Path:
-    return root / ".paiexp" / "jobs"
 
 
 def job_state(root: Path, name: str) -> dict:
@@ -43,13 +41,6 @@ def start_sweep(root: Path, *args: str, env: dict[str, str] | None = None) -> su
         stderr=subprocess.PIPE,
         text=True,
     )
-
-
-def running_jobs(root: Path) -> list[Path]:
-    if not jobs_dir(root).exists():
-        return []
-    states = {d: read_json(d / "state.json") for d in jobs_dir(root).iterdir()}
-    return [d for d, s in states.items() if s and s["state"] == "RUNNING" and "pgid" in s]
 
 
 def test_bad_trials_are_pruned_and_their_jobs_stopped(tmp_path: Path) -> None:

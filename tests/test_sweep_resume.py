@@ -65,3 +65,7 @@ def test_sigkilled_launcher_resumes_exactly(tmp_path: Path) -> None:
     assert {c.info.status for c in children} == {"FINISHED"}
     assert sorted(int(c.data.tags["paiexp.trial_number"]) for c in children) == list(range(12))
     assert parents[0].data.metrics["best_score"] == study.best_value
+    # every run, closed by whichever launch saw its job end, says what its job cost
+    hours = [c.data.metrics.get("instance_hours") for c in children]
+    assert all(h is not None and h > 0 for h in hours), hours
+    assert parents[0].data.metrics["instance_hours"] == pytest.approx(sum(hours))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Protocol
 
 from paiexp.errors import UserError
@@ -87,6 +88,10 @@ class Backend(Protocol):
     def read_logs(self, handle: JobHandle, cursor: int, *, final: bool = False) -> LogChunk:
         """Complete log lines after ``cursor`` (0, or one a LogChunk of this job gave: what it
         counts is the backend's business); ``final`` also returns an unterminated tail."""
+
+    def instance_logs(self, handle: JobHandle) -> dict[str, Path]:
+        """A multi-instance job's log files here, by instance name (``master-0``,
+        ``worker-0``, ...); {} for a job of one instance, whose log is :meth:`read_logs`'."""
 
     def label(self, handle: JobHandle, labels: Mapping[str, str]) -> None:
         """Add labels to a submitted job where the platform can (best effort, never raises)."""

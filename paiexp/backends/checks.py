@@ -62,14 +62,23 @@ def check_local_inputs(spec: JobSpec) -> None:
             raise UserError(f"job.inputs.{channel}: no such file or directory: {uri}")
 
 
-def check_local_job(spec: JobSpec, backend: str, runs_as: str) -> None:
-    """What a backend that runs a job as one ``runs_as`` on this machine checks alike: local
-    inputs exist, outputs are no ``oss://`` URIs (they stay here), ``instance_count`` is moot."""
+def check_local_job(spec: JobSpec, backend: str) -> None:
+    """What a backend that runs a job on this machine checks alike: local inputs exist,
+    outputs are no ``oss://`` URIs (they stay here)."""
     check_local_inputs(spec)
     for channel, uri in oss_channels(spec.outputs).items():
         raise UserError(
             f"job.outputs.{channel}: backend={backend} writes local paths only, got {uri!r}"
         )
+    if spec.checkpoints and spec.checkpoints.startswith(OSS_SCHEME):
+        raise UserError(
+            f"job.checkpoints: backend={backend} starts from a local directory only, "
+            f"got {spec.checkpoints!r}"
+        )
+
+
+def warn_one_instance(spec: JobSpec, backend: str, runs_as: str) -> None:
+    """A backend that runs a job as one ``runs_as`` says that ``instance_count`` is moot."""
     if spec.instance_count > 1:
         log.warning(
             "backend=%s runs one %s; job.instance_count=%d is ignored",

@@ -24,7 +24,6 @@ Once a container has ended, the first ``poll`` that sees it records its outcome 
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import hashlib
 import logging
 import math
@@ -43,13 +42,24 @@ from paiexp.backends.checks import (
     oss_channels,
 )
 from paiexp.backends.docker_entry import entry_script
-from paiexp.backends.instance_types import Resources, format_size, resolve
+from paiexp.backends.docker_group import InstanceGroups, ended
+from paiexp.backends.docker_instances import (
+    CONTAINER_FILE,
+    INSTANCE_LABEL,
+    Instance,
+    addresses,
+    instances,
+    lay_out_instances,
+    load_topology,
+)
+from paiexp.backends.docker_outcome import killed_from_outside, outcome, timestamp
+from paiexp.backends.instance_types import Resources, resolve
 from paiexp.backends.jobdir import JobDirectories, LocalResults, read_log_file
 from paiexp.backends.threads import cpu_share, thread_environment
 from paiexp.cache import cache_root
 from paiexp.confine import persist_outputs
+from paiexp.distributed import Topology, job_type
 from paiexp.errors import UserError
-from paiexp.exits import failure_reason
 from paiexp.jsonfiles import read_json, write_json_atomic
 from paiexp.oss import OssTransfer, OssUri, endpoint_url
 from paiexp.retry import RetryPolicy
@@ -59,7 +69,6 @@ log = logging.getLogger(__name__)
 
 JOB_LABEL = "paiexp.job"
 ROOT_LABEL = "paiexp.root"
-CONTAINER_FILE = "container"
 RUNNING_STATES = ("running", "paused", "restarting", "removing")
 PACKAGE_HINT = "backend=docker needs the docker package: pip install 'paiexp[docker]'"
 IMAGE_HINT = "build the test image with: bash tests/images/build.sh (it prints the tag)"
@@ -86,8 +95,9 @@ class DockerBackend(LocalResults):
         self._client: Any = None
         self._engine_cpus: int | None = None
         self._changed = threading.Event()  # set by the events thread when a container dies
-        self._died: set[str] = set()  # containers it saw die (the list may lag behind)
+        self.died: set[str] = set()  # containers it saw die (the list may lag behind)
         self._watcher: threading.Thread | None = None
+        self.groups = InstanceGroups(self)
 
     # -- the engine --------------------------------------------------------------------------
 
@@ -119,7 +129,12 @@ class DockerBackend(LocalResults):
     def validate(self, spec: JobSpec) -> None:
         for channel, uri in oss_channels(spec.inputs).items():
             self._check_oss_input(channel, uri)
-        check_local_job(spec, self.name, "container")
+        check_local_job(spec, self.name)
+        if spec.instance_count > 1 and self.network:
+            raise UserError(
+                f"backend.network: a job of job.instance_count={spec.instance_count} runs on "
+                f"a network of its own, got {self.network!r}; expected null"
+            )
         resources = self._resources(spec)
         image = self._image(spec)
         if resources.cpus is not None and resources.cpus > self.engine_cpus:
@@ -133,7 +148,7 @@ class DockerBackend(LocalResults):
             )
         self._ensure_image(image)
         if resources.gpus:
-            self._check_gpus(image, resources)
+            self._check_gpus(image, resources, spec.instance_count)
 
     def _check_oss_input(self, channel: str, uri: str) -> None:
         transfer = self.oss  # no credentials: a UserError, before oss2 is even imported
@@ -180,13 +195,15 @@ class DockerBackend(LocalResults):
                 f"failed ({_explain(exc)}); {IMAGE_HINT}"
             ) from None
 
-    def _check_gpus(self, image: str, resources: Resources) -> None:
-        """Start a throwaway container with the GPU request: the engine must be able to."""
+    def _check_gpus(self, image: str, resources: Resources, count: int) -> None:
+        """Start a throwaway container with the GPUs of the job's ``count`` instances: the
+        engine must be able to give them all at once."""
         from docker.errors import APIError
         from docker.types import DeviceRequest
 
         api = self.client.api
-        request = DeviceRequest(count=resources.gpus, capabilities=[["gpu"]])
+        total = resources.gpus * count
+        request = DeviceRequest(count=total, capabilities=[["gpu"]])
         probe = api.create_container(
             image,
             entrypoint=["/bin/sh", "-c", ":"],
@@ -196,13 +213,20 @@ class DockerBackend(LocalResults):
         try:
             api.start(probe)
         except APIError as exc:
+            if count > 1:
+                raise UserError(
+                    f"job.instance_count: {count} instances x {resources.gpus} GPU(s) of "
+                    f"{resources.source} are {total} GPUs, more than the Docker engine can "
+                    f"give ({_explain(exc)}); expected instances whose GPUs the engine has, "
+                    "or backend.gpus=0 to run without"
+                ) from None
             raise UserError(
                 f"backend.gpus: {resources.source} asks for {resources.gpus} GPU(s) and the "
                 f"Docker engine cannot give any ({_explain(exc)}); set backend.gpus=0 to run "
                 "without"
             ) from None
         finally:
-            self._remove(probe["Id"])
+            self.remove_container(probe["Id"])
 
     def set_concurrency(self, jobs: int) -> None:
         """Concurrent containers share this machine: each job's OpenMP/BLAS threads are its
@@ -220,7 +244,11 @@ class DockerBackend(LocalResults):
             except UserError as exc:  # a swept value (instance type, image) it cannot run
                 raise JobRejected(str(exc)) from None
             self.jobs.create(spec, lambda staging: self._add_files(spec, staging, resources, image))
-        self._start_once(spec, job_dir)
+        group = instances(job_dir, self.container_name(spec.name))
+        if group:
+            self._start_instances(spec, job_dir, group)
+        else:
+            self._start_once(spec, job_dir)
         return self._handle(spec.name)
 
     @property
@@ -267,7 +295,7 @@ class DockerBackend(LocalResults):
             if (job_dir / CONTAINER_FILE).exists() or (job_dir / "state.json").exists():
                 return  # created before, and collected (or lost) since
             if (job_dir / "stop").exists():
-                self._record(job_dir, JobStatus(JobState.STOPPED, "stopped before it started"))
+                self.record(job_dir, JobStatus(JobState.STOPPED, "stopped before it started"))
                 return
             try:
                 created = api.create_container(**self._container_options(spec, job_dir))
@@ -283,36 +311,86 @@ class DockerBackend(LocalResults):
             api.start(name)
         except APIError as exc:
             reason = f"the container did not start: {_explain(exc)}"
-            self._record(job_dir, JobStatus(JobState.FAILED, reason))
-            self._remove(name)
+            self.record(job_dir, JobStatus(JobState.FAILED, reason))
+            self.remove_container(name)
+
+    def _start_instances(self, spec: JobSpec, job_dir: Path, group: list[Instance]) -> None:
+        """Create the job's network and each instance's container unless it ever was, then
+        start the created ones (the master first), unless the job was stopped or failed.
+        As :meth:`_start_once`, per instance: a container is never created twice."""
+        from docker.errors import APIError, NotFound
+
+        api = self.client.api
+        network = self.container_name(spec.name)
+        if not api.networks(names=[network]):
+            labels = {JOB_LABEL: spec.name, ROOT_LABEL: str(self.root)}
+            api.create_network(network, driver="bridge", labels=labels, check_duplicate=True)
+        shape = load_topology(job_dir)
+        statuses = {}
+        for instance in group:
+            try:
+                statuses[instance] = api.inspect_container(instance.container)["State"]["Status"]
+            except NotFound:
+                if (instance.directory / CONTAINER_FILE).exists() or ended(job_dir):
+                    continue  # created before, and collected (or lost) since
+                options = self._container_options(spec, job_dir, instance, shape)
+                try:
+                    created = api.create_container(**options)
+                    (instance.directory / CONTAINER_FILE).write_text(created["Id"])
+                    statuses[instance] = "created"
+                except APIError as exc:
+                    if exc.status_code != 409:
+                        raise
+                    statuses[instance] = "running"  # a racing launcher's: it starts it
+        for instance, status in statuses.items():
+            if status != "created" or ended(job_dir):
+                continue
+            try:
+                api.start(instance.container)
+            except APIError as exc:
+                reason = f"{instance.name}: its container did not start: {_explain(exc)}"
+                self.groups.fail(job_dir, instance, reason, None)
+                return
 
     def _add_files(self, spec: JobSpec, job_dir: Path, resources: Resources, image: str) -> None:
-        """The container's entry script, its log and its limits, beside the job's ``/ml``."""
+        """The container's entry script, its log and its limits, beside the job's ``/ml``;
+        a multi-instance job's other instances beside them."""
         working_dir = Path(contract.JobLayout(job_dir / "ml").working_dir)
+        entry = entry_script(spec, working_dir, self.install_requirements, self.stop_grace_period)
         (job_dir / "paiexp").mkdir()
         (job_dir / "paiexp" / "job.log").touch()
-        (job_dir / "paiexp" / "entry.sh").write_text(
-            entry_script(spec, working_dir, self.install_requirements, self.stop_grace_period)
-        )
+        (job_dir / "paiexp" / "entry.sh").write_text(entry)
+        if spec.instance_count > 1:
+            shape = Topology(spec.instance_count, job_type(spec.job_type), resources.gpus)
+            lay_out_instances(spec, shape, job_dir, entry)
         write_json_atomic(
             job_dir / "resources.json",
             {"image": image, "resources": dataclasses.asdict(resources)},
         )
 
-    def _container_options(self, spec: JobSpec, job_dir: Path) -> dict[str, Any]:
-        """Keyword arguments of the engine's create call for the job's container."""
+    def _container_options(
+        self,
+        spec: JobSpec,
+        job_dir: Path,
+        instance: Instance | None = None,
+        shape: Topology | None = None,
+    ) -> dict[str, Any]:
+        """Keyword arguments of the engine's create call for the job's container, or for
+        ``instance`` of a multi-instance job of ``shape``."""
         from docker.types import DeviceRequest, Mount
 
         api = self.client.api
         saved = read_json(job_dir / "resources.json")
         resources = Resources(**saved["resources"])
         layout = contract.JobLayout()
-        host = contract.JobLayout(job_dir / "ml")
+        own = instance.directory if instance else job_dir  # its own /ml and paiexp/
+        host = contract.JobLayout(own / "ml")
+        shared = contract.JobLayout(job_dir / "ml")  # the output channels: the job's
         mounts = [
             Mount(str(layout.working_dir), str(host.working_dir), type="bind"),
             Mount(str(layout.code_alias), str(host.working_dir), type="bind"),
             Mount(str(layout.config_dir), str(host.config_dir), type="bind"),
-            Mount("/paiexp", str(job_dir / "paiexp"), type="bind"),
+            Mount("/paiexp", str(own / "paiexp"), type="bind"),
         ]
         input_files: dict[str, str | None] = {}
         for channel, source in spec.inputs.items():
@@ -325,10 +403,10 @@ class DockerBackend(LocalResults):
             mounts.append(Mount(str(target), source, type="bind", read_only=True))
         for channel in spec.output_dirs:
             mounts.append(
-                Mount(str(layout.output_dir(channel)), str(host.output_dir(channel)), type="bind")
+                Mount(str(layout.output_dir(channel)), str(shared.output_dir(channel)), type="bind")
             )
         cpus = min(resources.cpus, self.engine_cpus) if resources.cpus else None
-        share = cpu_share(self.engine_cpus, self.concurrency)
+        share = cpu_share(self.engine_cpus, self.concurrency * spec.instance_count)
         threads = min(math.ceil(cpus), share) if cpus else share
         env = {"PYTHONUNBUFFERED": "1", **thread_environment(threads)}
         user = None if os.geteuid() == 0 else f"{os.getuid()}:{os.getgid()}"
@@ -339,6 +417,14 @@ class DockerBackend(LocalResults):
             contract.environment(layout, spec.hyperparameters, input_files, spec.output_dirs)
         )
         env["TINI_KILL_PROCESS_GROUP"] = "1"  # a stop signals the job's whole process group
+        labels = {**spec.labels, JOB_LABEL: spec.name, ROOT_LABEL: str(self.root)}
+        name, network, networking = self.container_name(spec.name), self.network, None
+        if instance is not None and shape is not None:
+            env.update(shape.environment(instance.rank, addresses(shape)))
+            labels[INSTANCE_LABEL] = instance.name
+            name, network = instance.container, self.container_name(spec.name)
+            endpoint = api.create_endpoint_config(aliases=[instance.name])
+            networking = api.create_networking_config({network: endpoint})
         host_config = api.create_host_config(
             mounts=mounts,
             init=True,
@@ -348,18 +434,19 @@ class DockerBackend(LocalResults):
             device_requests=[DeviceRequest(count=resources.gpus, capabilities=[["gpu"]])]
             if resources.gpus
             else None,
-            network_mode=self.network,
+            network_mode=network,
         )
-        labels = {**spec.labels, JOB_LABEL: spec.name, ROOT_LABEL: str(self.root)}
         return {
             "image": saved["image"],
-            "name": self.container_name(spec.name),
+            "name": name,
+            "hostname": instance.name if instance else None,
             "entrypoint": ["/bin/sh", "/paiexp/entry.sh"],
             "working_dir": str(layout.working_dir),
             "environment": env,
             "labels": labels,
             "user": user,
             "host_config": host_config,
+            "networking_config": networking,
         }
 
     # -- status / logs / stop ----------------------------------------------------------------
@@ -368,13 +455,21 @@ class DockerBackend(LocalResults):
         """Every job's status from one engine call (the containers of this backend's root)."""
         self._watch()
         self._changed.clear()
-        listed = {
-            summary["Labels"].get(JOB_LABEL): summary
-            for summary in self.client.api.containers(
-                all=True, filters={"label": f"{ROOT_LABEL}={self.root}"}
-            )
+        listed: dict[str, list[dict[str, Any]]] = {}
+        for summary in self.client.api.containers(
+            all=True, filters={"label": f"{ROOT_LABEL}={self.root}"}
+        ):
+            listed.setdefault(summary["Labels"].get(JOB_LABEL), []).append(summary)
+        return {
+            handle.id: self._job_status(handle.name, listed.get(handle.name, []))
+            for handle in handles
         }
-        return {handle.id: self._status(handle.name, listed.get(handle.name)) for handle in handles}
+
+    def _job_status(self, name: str, summaries: list[dict[str, Any]]) -> JobStatus:
+        group = instances(self.job_dir(name), self.container_name(name))
+        if group:
+            return self.groups.status(name, group, summaries)
+        return self._status(name, summaries[0] if summaries else None)
 
     def wait(self, handles: Sequence[JobHandle], timeout: float) -> None:
         """Sleep until one of this backend's containers dies (the engine's events) or timeout."""
@@ -398,7 +493,7 @@ class DockerBackend(LocalResults):
                 decode=True,
             )
             for event in events:
-                self._died.add(event["Actor"]["Attributes"]["name"])
+                self.died.add(event["Actor"]["Attributes"]["name"])
                 self._changed.set()
         except Exception:  # the engine went away: wait() sleeps instead
             self._changed.set()
@@ -408,7 +503,7 @@ class DockerBackend(LocalResults):
         final = read_json(job_dir / "state.json")
         if final is not None:
             if summary is not None and not self.keep_containers:
-                self._remove(summary["Id"])  # a launcher died between recording and removing
+                self.remove_container(summary["Id"])  # a launcher died before removing it
             return JobStatus(**{**final, "state": JobState(final["state"])})
         if summary is None:
             if (job_dir / CONTAINER_FILE).exists():
@@ -425,7 +520,7 @@ class DockerBackend(LocalResults):
         if summary["State"] == "created" and not (job_dir / "stop").exists():
             return JobStatus(JobState.PENDING)
         running = JobStatus(JobState.RUNNING, started_at=float(summary["Created"]))
-        if summary["State"] in RUNNING_STATES and self.container_name(name) not in self._died:
+        if summary["State"] in RUNNING_STATES and self.container_name(name) not in self.died:
             return running
         return self._collect(name, summary["Id"]) or running
 
@@ -441,7 +536,12 @@ class DockerBackend(LocalResults):
             return None
         spec = self.jobs.load_spec(name)
         resources = Resources(**read_json(job_dir / "resources.json")["resources"])
-        end, reason = _outcome(job_dir, state, resources)
+        end, reason = outcome(job_dir, state, resources)
+        lost = end is JobState.FAILED and killed_from_outside(
+            self.client, job_dir, container_id, state
+        )
+        if lost:
+            reason = f"the job's container was killed from outside paiexp; {reason}"
         layout = contract.JobLayout(job_dir / "ml")
         unpersisted = persist_outputs(spec.outputs, lambda c: Path(layout.output_dir(c)))
         if unpersisted and end is not JobState.STOPPED:
@@ -450,19 +550,20 @@ class DockerBackend(LocalResults):
             end,
             reason or None,
             exit_code=state["ExitCode"],
-            started_at=_timestamp(state["StartedAt"]),
-            ended_at=_timestamp(state["FinishedAt"]),
+            started_at=timestamp(state["StartedAt"]),
+            ended_at=timestamp(state["FinishedAt"]),
+            infrastructure=lost,
         )
-        self._record(job_dir, status)
-        self._died.discard(self.container_name(name))
+        self.record(job_dir, status)
+        self.died.discard(self.container_name(name))
         if not self.keep_containers:
-            self._remove(container_id)
+            self.remove_container(container_id)
         return status
 
-    def _record(self, job_dir: Path, status: JobStatus) -> None:
+    def record(self, job_dir: Path, status: JobStatus) -> None:
         write_json_atomic(job_dir / "state.json", dataclasses.asdict(status))
 
-    def _remove(self, container: str) -> None:
+    def remove_container(self, container: str) -> None:
         from docker.errors import APIError
 
         try:
@@ -471,8 +572,21 @@ class DockerBackend(LocalResults):
             if exc.status_code not in (404, 409):
                 raise
 
+    def remove_network(self, network: str) -> None:
+        from docker.errors import APIError
+
+        try:
+            self.client.api.remove_network(network)
+        except APIError as exc:  # another launcher removed it already
+            if exc.status_code != 404:
+                raise
+
     def read_logs(self, handle: JobHandle, cursor: int, *, final: bool = False) -> LogChunk:
         return read_log_file(self.job_dir(handle.name) / "paiexp" / "job.log", cursor, final)
+
+    def instance_logs(self, handle: JobHandle) -> dict[str, Path]:
+        group = instances(self.job_dir(handle.name), handle.id)
+        return {instance.name: instance.directory / "paiexp" / "job.log" for instance in group}
 
     def label(self, handle: JobHandle, labels: Mapping[str, str]) -> None:
         """A container's labels are fixed when it is created: nothing to update."""
@@ -481,9 +595,10 @@ class DockerBackend(LocalResults):
         """``docker stop`` with the grace period, in the background: the caller's loop goes on
         and sees the job end STOPPED. A container not started yet never starts."""
         (self.job_dir(handle.name) / "stop").touch()
-        threading.Thread(target=self._stop, args=(handle.id,), daemon=True).start()
+        group = instances(self.job_dir(handle.name), handle.id)
+        self.groups.stop([instance.container for instance in group] or [handle.id])
 
-    def _stop(self, container: str) -> None:
+    def stop_container(self, container: str) -> None:
         from docker.errors import APIError
 
         try:
@@ -510,37 +625,6 @@ def connect() -> Any:
             "start it, or set DOCKER_HOST to one that runs"
         ) from None
     return client
-
-
-def _outcome(job_dir: Path, state: dict[str, Any], resources: Resources) -> tuple[JobState, str]:
-    """The job's end state and reason from its container's final state and the job's marks."""
-    code = int(state["ExitCode"])
-    failure = job_dir / "paiexp" / "failure"
-    limit = (
-        f"limit {format_size(resources.memory)}, {resources.source}"
-        if resources.memory
-        else "no memory limit"
-    )
-    if (job_dir / "stop").exists():
-        started = _timestamp(state["StartedAt"]) is not None
-        return JobState.STOPPED, "stopped" if started else "stopped before it started"
-    if failure.exists():
-        return JobState.FAILED, failure.read_text().strip()
-    if code == 0:
-        return JobState.SUCCEEDED, ""
-    if state.get("OOMKilled"):
-        return JobState.FAILED, f"killed: out of memory ({limit})"
-    hint = f": out of memory? ({limit})" if resources.memory else ""
-    return JobState.FAILED, failure_reason(code, sigkill_hint=hint)
-
-
-def _timestamp(value: str) -> float | None:
-    """An engine timestamp (RFC 3339, nanoseconds) as seconds; None for the zero time."""
-    if value.startswith("0001-"):
-        return None
-    head, _, fraction = value.rstrip("Z").partition(".")
-    stamp = datetime.datetime.fromisoformat(head).replace(tzinfo=datetime.UTC)
-    return stamp.timestamp() + float(f"0.{fraction or 0}")
 
 
 def _explain(exc: BaseException) -> str:

@@ -25,7 +25,7 @@ from paiexp.backends.base import JobHandle, LogChunk
 from paiexp.jsonfiles import read_json
 from paiexp.metrics import read_output_parameters
 from paiexp.source import copy_source
-from paiexp.spec import JobSpec
+from paiexp.spec import JobSpec, local_path
 
 SPEC_FILE = "spec.json"
 STARTUP_TIMEOUT = 60.0  # a job directory that nothing has started after this long never will
@@ -120,6 +120,9 @@ class LocalResults:
     def service_metrics(self, handle: JobHandle) -> dict[str, float]:
         return {}
 
+    def instance_logs(self, handle: JobHandle) -> dict[str, Path]:
+        return {}  # one instance per job (backend=local has its own)
+
     def console_url(self, handle: JobHandle) -> str | None:
         return None
 
@@ -145,6 +148,10 @@ def lay_out(spec: JobSpec, layout: contract.JobLayout) -> None:
         os.mkdir(os.path.dirname(output_dirs[0]))
     for directory in output_dirs:
         os.mkdir(directory)
+    if spec.checkpoints:  # an earlier job's: this one starts with a copy of what it left
+        source = Path(local_path(spec.checkpoints))
+        if source.is_dir():
+            shutil.copytree(source, layout.output_dir("checkpoints"), dirs_exist_ok=True)
 
 
 def read_log_file(path: Path, cursor: int, final: bool) -> LogChunk:

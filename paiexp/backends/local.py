@@ -11,6 +11,11 @@ job directory::
                       state.json     state, pids, start, end, exit code, reason (by the runner)
                       job.log        stdout and stderr of the command
                       ml/usercode, ml/input/config, ml/input/data/<ch>, ml/output/<ch>
+
+A job of ``instance_count`` > 1 runs as that many cooperating instances on this machine, each
+with its own runner and ``/ml``, the master on the loopback: its directory holds theirs too
+(:mod:`paiexp.backends.local_instances`), and its runner is theirs
+(:mod:`paiexp.backends.local_group`).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from paiexp import contract
-from paiexp.backends import local_runner
+from paiexp.backends import local_instances, local_runner
 from paiexp.backends.base import JobHandle, JobState, JobStatus, LogChunk
 from paiexp.backends.checks import (
     check_local_job,
@@ -84,7 +89,8 @@ class LocalBackend(LocalResults):
                 f"job.inputs.{channel}: backend=local reads local paths only, got {uri!r}; "
                 "use a local copy of the data"
             )
-        check_local_job(spec, self.name, "process")
+        check_local_job(spec, self.name)
+        local_instances.check_instance_count(spec, self.name)
 
     def set_concurrency(self, jobs: int) -> None:
         """Concurrent jobs share this machine: each gets an equal share of its CPUs as threads.
@@ -105,9 +111,16 @@ class LocalBackend(LocalResults):
     def submit(self, spec: JobSpec) -> JobHandle:
         job_dir = self.job_dir(spec.name)
         if not self.jobs.exists(spec.name):
-            self.jobs.create(spec, lambda staging: _link_inputs(spec, staging))
+            self.jobs.create(spec, lambda staging: self._add_files(spec, staging))
         self._launch_once(spec, job_dir)
         return JobHandle(name=spec.name, id=spec.name)
+
+    def _add_files(self, spec: JobSpec, staging: Path) -> None:
+        """The job's inputs, and its instances' directories if it has several."""
+        _link_inputs(spec, staging)
+        if spec.instance_count > 1:
+            job_dir = self.job_dir(spec.name)
+            local_instances.lay_out_instances(spec, staging, job_dir, _link_inputs)
 
     def _launch_once(self, spec: JobSpec, job_dir: Path) -> None:
         """Start the job's runner unless one runs it or ran it already.
@@ -130,8 +143,9 @@ class LocalBackend(LocalResults):
             channel: None if Path(source).is_dir() else Path(source).name
             for channel, source in spec.inputs.items()
         }
-        # The user's own settings of these win.
-        env = {"PYTHONUNBUFFERED": "1", **thread_environment(self.threads_per_job), **os.environ}
+        # The user's own settings of these win.  A job's share of the CPUs is its instances'.
+        threads = cpu_share(self.threads_per_job, spec.instance_count)
+        env = {"PYTHONUNBUFFERED": "1", **thread_environment(threads), **os.environ}
         # The job's `python` is the launcher's interpreter, as on PAI it is the image's.
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         env.update(spec.environments)
@@ -306,6 +320,9 @@ class LocalBackend(LocalResults):
     def read_logs(self, handle: JobHandle, cursor: int, *, final: bool = False) -> LogChunk:
         return read_log_file(self.job_dir(handle.id) / "job.log", cursor, final)
 
+    def instance_logs(self, handle: JobHandle) -> dict[str, Path]:
+        return local_instances.instance_logs(self.job_dir(handle.id))
+
     def label(self, handle: JobHandle, labels: Mapping[str, str]) -> None:
         """A local job's labels are in its spec.json, written once: nothing to update."""
 
@@ -316,9 +333,11 @@ class LocalBackend(LocalResults):
         if pid is not None:
             os.kill(pid, signal.SIGTERM)  # the runner stops the process group
             return
-        state = read_json(job_dir / STATE_FILE) or {}
-        if state.get("pgid") and not JobState(state["state"]).terminal:
-            kill_group(state["pgid"], signal.SIGKILL)
+        # The runner is gone: what it ran, the job's command or its instances', goes too.
+        states = [read_json(job_dir / STATE_FILE) or {}, *local_instances.instance_states(job_dir)]
+        for state in states:
+            if state.get("pgid") and not JobState(state["state"]).terminal:
+                kill_group(state["pgid"], signal.SIGKILL)
 
 
 @dataclass(frozen=True)

@@ -354,7 +354,12 @@ def main(argv: list[str]) -> int:
             return 0
         argv = job
     job_dir, grace, install, cache_dir, *warm = argv
-    runner = Runner(job_dir, float(grace), install, cache_dir, *warm)
+    kind = Runner
+    if os.path.isfile(os.path.join(job_dir, "topology.json")):  # a multi-instance job
+        from paiexp.backends.local_group import GroupRunner
+
+        kind = GroupRunner
+    runner = kind(job_dir, float(grace), install, cache_dir, *warm)
     try:
         runner.run()
     except Exception as exc:  # a broken runner must still leave a final state behind

@@ -10,6 +10,10 @@
   fetched once more, for its exit diagnostics, the failure reason.
 - Logs come from the log-location API, read every ``log_interval`` seconds while a job runs
   (in full once it ended) from a cursor; stop is ``PUT .../executionType {"value": "STOP"}``.
+- A job of several instances is a task role of that many tasks (task ``i`` is rank ``i``):
+  the job's log (its metrics) is task 0's, the master's; once it ended each task's log is
+  fetched to ``<job>/logs/<instance>.log``; a failed task fails the job, its reason naming the
+  instance (the completion policy's trigger) with its exit code and last log line.
 - Outputs, ``output_parameters`` and the model are read from the storage, as files here.
 """
 
@@ -32,6 +36,7 @@ from paiexp.backends.jobdir import JobDirectories, LocalResults
 from paiexp.backends.openpai_api import OpenPaiApi, OpenPaiRejected
 from paiexp.backends.openpai_cluster import resolve_cluster
 from paiexp.backends.openpai_job import ROLE, STATE_DIR, Storage, protocol, stage_input
+from paiexp.distributed import Topology, job_type
 from paiexp.errors import UserError
 from paiexp.retry import RetryPolicy
 from paiexp.spec import JobSpec
@@ -52,6 +57,7 @@ INFRASTRUCTURE_TYPES = ("PLATFORM_FAILURE", "RESOURCE_ALLOCATION_TIMEOUT")
 LOG_NAMES = ("all", "stdout")  # stdout and stderr interleaved, else stdout alone
 ATTEMPT_SHIFT = 40  # a log cursor: the job attempt above these bits, a byte offset below
 LISTING_GRACE = 60.0  # seconds a job just submitted may take to be listed
+INSTANCE_LOGS = "logs"  # in a job's directory: each task's log, once the job ended
 
 
 class OpenPaiBackend(LocalResults):
@@ -75,7 +81,7 @@ class OpenPaiBackend(LocalResults):
         self._details: dict[str, dict[str, Any]] = {}  # job id -> its detail, once ended
         self._submitted: dict[str, float] = {}  # job id -> when this backend created it
         self._log_reads: dict[str, float] = {}  # job id -> when its log was last read
-        self._log_uris: dict[tuple[str, int], str] = {}  # (job id, attempt) -> log location
+        self._log_uris: dict[tuple[str, int, int], str] = {}  # (job id, attempt, task) -> URI
 
     def _id(self, name: str) -> str:
         """The job's framework name on the cluster: ``{user}~{name}``."""
@@ -240,8 +246,14 @@ class OpenPaiBackend(LocalResults):
             detail = self.api.get_job(handle.id)
             if detail is not None:
                 self._remember(handle.id, detail)
-        status = (self._details.get(handle.id) or {}).get("jobStatus") or {}
+        detail = self._details.get(handle.id) or {}
+        status = detail.get("jobStatus") or {}
         exit_spec = status.get("appExitSpec") or {}
+        infrastructure = exit_spec.get("type") in INFRASTRUCTURE_TYPES
+        task = status.get("appExitTriggerTaskIndex")
+        topology = self._topology(handle.name)
+        if topology.count > 1 and task is not None:  # the task whose failure failed the job
+            return self._task_failure(handle, detail, topology, int(task)), infrastructure
         what = ", ".join(
             str(part)
             for part in (f"exit code {status.get('appExitCode')}", exit_spec.get("phrase"))
@@ -253,7 +265,26 @@ class OpenPaiBackend(LocalResults):
         reason = f"OpenPAI FAILED ({what})" + (
             f": {diagnostics.splitlines()[0][:300]}" if diagnostics else ""
         )
-        return reason, exit_spec.get("type") in INFRASTRUCTURE_TYPES
+        return reason, infrastructure
+
+    def _task_failure(
+        self, handle: JobHandle, detail: dict[str, Any], topology: Topology, task: int
+    ) -> str:
+        """The reason of a job a failed task failed: the instance, its exit code, its last
+        log line."""
+        tasks = ((detail.get("taskRoles") or {}).get(ROLE) or {}).get("taskStatuses") or []
+        code = next((t.get("containerExitCode") for t in tasks if t.get("taskIndex") == task), None)
+        attempt = int((detail.get("jobStatus") or {}).get("retries") or 0)
+        lines = self._log(handle, attempt, task).decode("utf-8", errors="replace").splitlines()
+        last = next((line.strip() for line in reversed(lines) if line.strip()), "")
+        return f"{topology.name(task)} exited with code {code}" + (
+            f": {last[:300]}" if last else ""
+        )
+
+    def _topology(self, name: str) -> Topology:
+        """The job's instances, from its spec on the storage."""
+        spec = self.jobs.load_spec(name)
+        return Topology(spec.instance_count, job_type(spec.job_type))
 
     def wait(self, handles: Sequence[JobHandle], timeout: float) -> None:
         time.sleep(timeout)
@@ -278,13 +309,14 @@ class OpenPaiBackend(LocalResults):
         lines = data.decode("utf-8", errors="replace").splitlines()
         return LogChunk(lines, (attempt << ATTEMPT_SHIFT) + offset + len(data))
 
-    def _log(self, handle: JobHandle, attempt: int) -> bytes:
-        """The log of the job's task 0 in ``attempt``, read from its location (found again
-        once if it stopped answering: log locations carry tokens that expire)."""
-        key = (handle.id, attempt)
+    def _log(self, handle: JobHandle, attempt: int, task: int = 0) -> bytes:
+        """The log of the job's task ``task`` (0: the master's) in ``attempt``, read from its
+        location (found again once if it stopped answering: log locations carry tokens that
+        expire)."""
+        key = (handle.id, attempt, task)
         for _ in range(2):
             if key not in self._log_uris:
-                locations = self.api.log_locations(handle.id, attempt, ROLE, 0)
+                locations = self.api.log_locations(handle.id, attempt, ROLE, task)
                 uri = next((locations[n] for n in LOG_NAMES if n in locations), None)
                 if uri is None:
                     return b""  # the task has not started
@@ -294,6 +326,24 @@ class OpenPaiBackend(LocalResults):
             except OpenPaiRejected:
                 del self._log_uris[key]
         return b""
+
+    def instance_logs(self, handle: JobHandle) -> dict[str, Path]:
+        """Each task's log of an ended job of several instances, fetched here by instance name
+        (an empty file for a task that never started); {} for a job of one."""
+        topology = self._topology(handle.name)
+        if topology.count == 1:
+            return {}
+        job = self._seen.get(handle.id)
+        if job is None and self.find(handle.name) is None:
+            return {}
+        attempt = int((job or self._seen[handle.id]).get("retries") or 0)
+        directory = self.jobs.path(handle.name) / INSTANCE_LOGS
+        directory.mkdir(exist_ok=True)
+        logs = {}
+        for task, name in enumerate(topology.names):
+            logs[name] = directory / f"{name}.log"
+            logs[name].write_bytes(self._log(handle, attempt, task))
+        return logs
 
     def label(self, handle: JobHandle, labels: Mapping[str, str]) -> None:
         """OpenPAI jobs carry no labels paiexp could add: nothing to do."""

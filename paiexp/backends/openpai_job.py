@@ -13,9 +13,12 @@ out the PAI contract in the container from it::
 In the container ``/ml/usercode`` is a copy (the working directory), ``/ml/code`` a link to
 it, and the config, inputs and outputs are links into the storage, so what a job writes to
 ``/ml/output/<channel>`` is on the storage when it ends. The variables are the contract's
-(:func:`paiexp.contract.environment`); secret-looking ones travel as the protocol's
-``secrets``, never in its commands. The docker backend's entry script, its output left on
-stdout, then installs the requirements, watches ``max_run_time`` and runs the command.
+(:func:`paiexp.contract.environment`), and for a job of several instances (tasks of the role)
+the distributed ones (:mod:`paiexp.backends.openpai_distributed`); secret-looking ones travel
+as the protocol's ``secrets``, never in its commands. One failed task fails the job, the others
+then stopped; it succeeds when every task has (the completion policy, stated). The docker
+backend's entry script, its output left on stdout, then installs the requirements, watches
+``max_run_time`` and runs the command.
 """
 
 from __future__ import annotations
@@ -33,9 +36,11 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from paiexp import contract
+from paiexp.backends import openpai_distributed
 from paiexp.backends.docker_entry import entry_script
 from paiexp.backends.instance_types import Resources
 from paiexp.backends.threads import thread_environment
+from paiexp.distributed import Topology, job_type
 from paiexp.redact import SECRET_NAME
 from paiexp.source import copy_source, source_digest
 from paiexp.spec import JobSpec
@@ -114,6 +119,8 @@ def protocol(
     """The job protocol v2 of ``spec``, whose files are in ``job_dir`` and staged ``inputs``."""
     cpus = math.ceil(resources.cpus or 1)
     secrets = {k: v for k, v in spec.environments.items() if SECRET_NAME.search(k)}
+    topology = Topology(spec.instance_count, job_type(spec.job_type), resources.gpus)
+    ports = openpai_distributed.reserved_ports(spec.instance_count)
     job: dict[str, Any] = {
         "protocolVersion": 2,
         "name": spec.name,
@@ -123,13 +130,17 @@ def protocol(
         "taskRoles": {
             ROLE: {
                 "instances": spec.instance_count,
+                "completion": {"minFailedInstances": 1, "minSucceededInstances": -1},
                 "dockerImage": IMAGE,
                 "resourcePerInstance": {
                     "cpu": cpus,
                     "memoryMB": (resources.memory or 0) >> 20,
                     "gpu": resources.gpus,
+                    **({"ports": ports} if ports else {}),
                 },
-                "commands": commands(spec, storage, job_dir, inputs, cpus, secrets, install_mode),
+                "commands": commands(
+                    spec, storage, job_dir, inputs, cpus, secrets, install_mode, topology
+                ),
             }
         },
         "defaults": {"virtualCluster": virtual_cluster},
@@ -152,8 +163,10 @@ def commands(
     cpus: int,
     secrets: Mapping[str, str],
     install_mode: str,
+    topology: Topology,
 ) -> list[str]:
-    """Shell lines: the ``/ml`` tree and the variables of the contract, then the entry script."""
+    """Shell lines: the ``/ml`` tree and the variables of the contract (the distributed ones
+    for a job of several instances), then the entry script."""
     ml = contract.JobLayout()
     staged = contract.JobLayout(storage.in_container(job_dir) / "ml")
     q = shlex.quote
@@ -187,6 +200,8 @@ def commands(
     lines += [
         f"export {name}=\"$(printf %s '<% $secrets.{name} %>' | base64 -d)\"" for name in secrets
     ]
+    if topology.count > 1:
+        lines += openpai_distributed.exports(ROLE, topology)
     lines.append("set +eu")
     working_dir = Path(contract.JobLayout(job_dir / "ml").working_dir)
     script = entry_script(spec, working_dir, install_mode, STOP_GRACE_PERIOD, log_file=None)

@@ -23,7 +23,7 @@ from typing import Any
 from paiexp import contract
 from paiexp.backends.base import JobHandle, JobState, JobStatus, LogChunk
 from paiexp.backends.checks import check_local_inputs, check_positive, local_channels
-from paiexp.backends.pai_api import PAGE_SIZE, PaiApi, PaiRejected
+from paiexp.backends.pai_api import PAGE_SIZE, PaiApi, PaiRejected, running_span
 from paiexp.cache import cache_root
 from paiexp.errors import UserError
 from paiexp.metrics import METRIC_NAME
@@ -52,6 +52,7 @@ STATES = {
 # Failures of the platform rather than of the job's code: a retry may well succeed.
 INFRASTRUCTURE_REASONS = ("Spot", "Preempt", "Evict", "NodeFailure", "InstanceReleased")
 OUTPUT_PARAMETERS = contract.OUTPUT_PARAMETERS_CHANNEL
+CHECKPOINTS = "checkpoints"
 NOT_STARTED = "TRAINING_JOB_INSTANCE_NOT_FOUND"  # ListTrainingJobLogs before any instance ran
 SDK_MODULES = ("alibabacloud_paistudio20220112", "alibabacloud_credentials", "oss2")
 
@@ -107,6 +108,11 @@ class PaiBackend:
             raise UserError(
                 f"job.outputs.{channel}: backend=pai writes outputs to OSS; give an "
                 f"oss:// URI or null (default: under {self.oss_base}/), got {output!r}"
+            )
+        if spec.checkpoints and not spec.checkpoints.startswith("oss://"):
+            raise UserError(
+                "job.checkpoints: backend=pai starts from an oss:// URI (an earlier job's "
+                f"checkpoints channel), got {spec.checkpoints!r}"
             )
         if not self._checked:  # credentials, workspace and bucket, before anything starts
             self.api.list_training_jobs(WorkspaceId=self.config.workspace_id, PageSize=1)
@@ -167,7 +173,7 @@ class PaiBackend:
         algorithm: dict[str, Any] = {
             "Image": spec.image or config.image,
             "Command": ["/bin/sh", "-c", spec.command],
-            "JobType": str(config.job_type),
+            "JobType": spec.job_type or str(config.job_type),
             "MetricDefinitions": [
                 {"Name": d.name, "Regex": d.regex} for d in spec.metric_definitions
             ],
@@ -232,6 +238,8 @@ class PaiBackend:
         return uri if uri.startswith("oss://") else self._upload("input", Path(uri))
 
     def _output_uri(self, spec: JobSpec, channel: str) -> str:
+        if channel == CHECKPOINTS and spec.checkpoints:  # the SDK's checkpoints_path
+            return str(OssUri.parse(spec.checkpoints).as_dir())
         given = spec.outputs.get(channel)
         base = OssUri.parse(given) if given else self.oss_base.join("training_job")
         return str(base.join(spec.name, "" if given else channel).as_dir())
@@ -259,6 +267,10 @@ class PaiBackend:
                 page += 1
         for job_id in wanted - found.keys():  # labels unknown, or not listed yet
             found[job_id] = self.api.get_training_job(job_id)
+        for job_id in wanted:  # which instance failed a multi-instance job: its Instances[]
+            job = found[job_id]
+            if job.get("Status") == "Failed" and "Instances" not in job and instance_count(job) > 1:
+                found[job_id] = self.api.get_training_job(job_id)
         statuses = {}
         for job_id in wanted:
             self._remember(found[job_id])
@@ -383,6 +395,28 @@ class PaiBackend:
         url = self.detail(handle).get("TrainingJobUrl")
         return str(url) if url else None
 
+    def instance_logs(self, handle: JobHandle) -> dict[str, Path]:
+        """Each instance's log (ListTrainingJobLogs by WorkerId), kept in the cache."""
+        instances = self.detail(handle).get("Instances") or []
+        if len(instances) < 2:
+            return {}
+        directory = cache_root() / "pai-logs" / handle.id
+        directory.mkdir(parents=True, exist_ok=True)
+        logs = {}
+        for instance in instances:
+            lines: list[str] = []
+            page = 1
+            while True:
+                chunk, _ = self.api.list_logs(handle.id, page, PAGE_SIZE, str(instance["Name"]))
+                lines.extend(line.rstrip("\n") + "\n" for line in chunk)
+                if len(chunk) < PAGE_SIZE:
+                    break
+                page += 1
+            path = directory / f"{instance_name(instance)}.log"
+            path.write_text("".join(lines))
+            logs[instance_name(instance)] = path
+        return logs
+
 
 def retry_policy(config: Any) -> RetryPolicy:
     return RetryPolicy(config.retry.attempts, config.retry.base_delay, config.retry.max_delay)
@@ -426,12 +460,28 @@ def status_of(job: dict[str, Any]) -> JobStatus:
     if state in (JobState.FAILED, JobState.STOPPED):
         detail = ": ".join(str(p) for p in (job.get("ReasonCode"), job.get("ReasonMessage")) if p)
         reason = f"PAI {status}" + (f" ({detail})" if detail else "")
+        failed = [i for i in job.get("Instances") or [] if i.get("Status") == "Failed"]
+        if failed and instance_count(job) > 1:
+            reason = f"{instance_name(failed[0])} failed: {reason}"
     code = str(job.get("ReasonCode") or "")
+    started, ended = running_span(job)
     return JobStatus(
         state=state,
         reason=reason,
+        started_at=started,
+        ended_at=ended if state.terminal else None,
         infrastructure=state is JobState.FAILED and any(r in code for r in INFRASTRUCTURE_REASONS),
     )
+
+
+def instance_count(job: dict[str, Any]) -> int:
+    return int((job.get("ComputeResource") or {}).get("EcsCount") or 1)
+
+
+def instance_name(instance: Mapping[str, Any]) -> str:
+    """An instance as paiexp names it, DLC's name without the job's prefix: ``master-0``
+    for ``dlc1a2b3c-master-0``."""
+    return "-".join(str(instance["Name"]).rsplit("-", 2)[-2:])
 
 
 def _check_config(config: Any) -> None:

@@ -9,6 +9,7 @@ line: :class:`PaiRejected` for a request it refuses, a :class:`UserError` for cr
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from paiexp.backends.base import BackendUnavailable
@@ -121,10 +122,15 @@ class PaiApi:
             ),
         )
 
-    def list_logs(self, job_id: str, page: int, size: int) -> tuple[list[str], int]:
+    def list_logs(
+        self, job_id: str, page: int, size: int, worker_id: str | None = None
+    ) -> tuple[list[str], int]:
+        """A page of the job's log (its master's), or of one instance's (``worker_id``)."""
         from alibabacloud_paistudio20220112 import models
 
-        request = models.ListTrainingJobLogsRequest(page_number=page, page_size=size)
+        request = models.ListTrainingJobLogsRequest(
+            page_number=page, page_size=size, worker_id=worker_id
+        )
         body = self._call(
             "ListTrainingJobLogs",
             lambda: self.studio.list_training_job_logs_with_options(
@@ -234,3 +240,24 @@ def transient(exc: BaseException) -> bool:
         code = str(getattr(exc, "code", "") or "")
         return exc.status_code == 429 or code.startswith(("Throttling", "ServiceUnavailable"))
     return False
+
+
+def parse_time(text: Any) -> float | None:
+    """A PAI time (ISO 8601, ``2024-01-01T00:00:00Z``; UTC unless it says) in epoch seconds."""
+    if not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(str(text))
+    except ValueError:
+        return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+def running_span(job: Mapping[str, Any]) -> tuple[float | None, float | None]:
+    """When a job (GetTrainingJob's or ListTrainingJobs' view) first ran and when its last
+    status ended, from its ``StatusTransitions``: PAI bills its instances in between."""
+    transitions = job.get("StatusTransitions") or []
+    running = [t for t in transitions if t.get("Status") == "Running" and t.get("StartTime")]
+    ends = [t["EndTime"] for t in transitions if t.get("EndTime")]
+    start = parse_time(running[0]["StartTime"]) if running else None
+    return start, parse_time(ends[-1]) if ends else None

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from paiexp.backends import JobHandle, JobState
+from paiexp.cost import prices_of
 from paiexp.diskfull import disk_full
 from paiexp.errors import UserError
 from paiexp.monitor import JobMonitor, JobResult, job_log
@@ -87,7 +88,15 @@ class JobStep:
         backend.label(handle, {"paiexp-run": run_id})
         tracker.set_tags(run_id, {"paiexp.job_id": handle.id, "paiexp.status": "SUBMITTED"})
         result = follow(
-            backend, handle, spec, tracker, run_id, job.base_dir, echo=self.echo, logged=logged
+            backend,
+            handle,
+            spec,
+            tracker,
+            run_id,
+            job.base_dir,
+            echo=self.echo,
+            logged=logged,
+            prices=prices_of(job.config.backend),
         )
         return self.outcome(run_id, result)
 

@@ -7,7 +7,8 @@ distinct points however often the platform lost their jobs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from paiexp.sweep.records import ATTEMPT, RETRIED, RETRY_OF
 
@@ -44,16 +45,23 @@ class TrialBudget:
         """Whether a trial failed for a platform reason has attempts left."""
         return int(trial.user_attrs.get(ATTEMPT, 0)) < self.retries
 
-    def retry(self, trial: Trial, *, consume_attempt: bool = True) -> None:
+    def retry(
+        self,
+        trial: Trial,
+        *,
+        consume_attempt: bool = True,
+        carried: Mapping[str, Any] | None = None,
+    ) -> None:
         """Enqueue the trial's parameters again; the trial then no longer counts.
 
         An interrupted trial is re-run without using up an attempt: no platform failed it.
+        ``carried``: user attributes the re-run starts with (its earlier attempts, the
+        checkpoints to resume from; see :mod:`paiexp.sweep.attempts`).
         """
         trial.set_user_attr(RETRIED, True)
         attempt = int(trial.user_attrs.get(ATTEMPT, 0)) + int(consume_attempt)
-        self.study.enqueue_trial(
-            dict(trial.params), user_attrs={ATTEMPT: attempt, RETRY_OF: trial.number}
-        )
+        attrs = {**(carried or {}), ATTEMPT: attempt, RETRY_OF: trial.number}
+        self.study.enqueue_trial(dict(trial.params), user_attrs=attrs)
 
 
 def retried(trial: FrozenTrial) -> bool:

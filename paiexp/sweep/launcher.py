@@ -55,6 +55,7 @@ class Launcher:
         prepared.backend.set_concurrency(prepared.sweep.parallelism)
         # may still reject the sweep: before anything is tracked
         opened = open_study(prepared, self.owner, self.progress.say)
+        self.progress.say(prepared.projection.line())  # every check made: it will launch
         study, sweep = opened.study, opened.sweep_id
         tracker = self.tracker_factory(tracking_setup(prepared))
         tracker.notify = self.progress.say
@@ -72,6 +73,7 @@ class Launcher:
         )
         with interrupts_to(scheduler), self.progress.live(scheduler):
             scheduler.run()
+        tracker.sweep_ended()
         jobs.publish_best()  # the study's best, even if a killed launch lost its last update
         tracker.finish_parent(
             interrupted=bool(scheduler.interrupts),
@@ -115,14 +117,17 @@ def tracking_setup(prepared: PreparedSweep) -> TrackingSetup:
 
 @contextmanager
 def interrupts_to(scheduler: Scheduler) -> Iterator[None]:
-    """Ctrl-C interrupts the scheduler instead of raising, while the loop runs (a sweep run
-    in another thread, a pipeline's step, is interrupted by what runs the main thread)."""
+    """Ctrl-C interrupts the scheduler instead of raising, while the loop runs; so does a
+    SIGTERM (``kill``, a shutdown, ``Sweep.stop(detach=True)``), leaving the running jobs to
+    the next launch.  A sweep run in another thread, a pipeline's step, is interrupted by
+    what runs the main thread."""
 
     def on_interrupt(signum: int, frame: FrameType | None) -> None:
-        scheduler.interrupt()
+        scheduler.interrupt(detach=signum == signal.SIGTERM)
 
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGINT, on_interrupt) if in_main else None
+    terminated = signal.signal(signal.SIGTERM, on_interrupt) if in_main else None
     # The loop wakes briefly per event while the tracking worker runs long stretches of
     # Python (MLflow, plots): a short switch interval keeps the loop's latency low.
     switch_interval = sys.getswitchinterval()
@@ -132,4 +137,5 @@ def interrupts_to(scheduler: Scheduler) -> Iterator[None]:
     finally:
         if in_main:
             signal.signal(signal.SIGINT, previous)
+            signal.signal(signal.SIGTERM, terminated)
         sys.setswitchinterval(switch_interval)

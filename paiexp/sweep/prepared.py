@@ -11,9 +11,11 @@ from omegaconf import DictConfig
 
 from paiexp.backends import Backend, create_backend
 from paiexp.config import Config, SweepConfig
+from paiexp.cost import Prices
 from paiexp.errors import UserError
 from paiexp.record import SourceInfo, source_info
 from paiexp.sweep.space import SearchSpace, parse_space
+from paiexp.sweep.spending import Budget, Projection, check_budget, projection, worst_spec
 from paiexp.sweep.study import (
     Objective,
     PruningSignal,
@@ -45,6 +47,9 @@ class PreparedSweep:
     base_dir: Path
     overrides: tuple[str, ...]
     source: SourceInfo | None
+    prices: Prices
+    budget: Budget | None  # sweep.max_cost / max_instance_hours
+    projection: Projection  # the most the sweep can cost
 
 
 def prepare_sweep(
@@ -60,6 +65,7 @@ def prepare_sweep(
     backend.validate(probe)
     objectives = parse_objectives(sweep.objective, probe.metric_definitions)
     pruning = check_sweep_settings(sweep, objectives, probe.metric_definitions)
+    prices, budget = check_budget(sweep, probe, space, config.backend)
     if sweep.register is not None and len(objectives) > 1:
         raise UserError(
             "sweep.register: a multi-objective study has no one best trial to register; "
@@ -91,6 +97,9 @@ def prepare_sweep(
         base_dir=base_dir,
         overrides=overrides,
         source=source_info(probe.source_dir),
+        prices=prices,
+        budget=budget,
+        projection=projection(worst_spec(probe, space, prices), sweep.n_trials, prices),
     )
 
 

@@ -6,7 +6,7 @@ import importlib.util
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -17,10 +17,12 @@ from rich.table import Table
 from rich.text import Text
 
 from paiexp.browse import browse_lines, console_command
+from paiexp.cost import RunCost
 from paiexp.monitor import job_log
 from paiexp.redact import redact_url
 from paiexp.sweep.opening import PARENT_RUN_ATTR
 from paiexp.sweep.records import JOB_NAME, REASON, RETRIED
+from paiexp.sweep.spending import spent, trial_cost
 
 if TYPE_CHECKING:
     from optuna import Study
@@ -56,6 +58,7 @@ class Progress:
         # trials that count toward n_trials by state, and failures that are re-run
         self.counts = {"COMPLETE": 0, "FAIL": 0, "PRUNED": 0, RETRIED: 0}
         self.best_text = "-"
+        self.spent: RunCost | None = None  # what the study's trials cost so far
         self.started_at = time.monotonic()
         self._sweep: RunningSweep | None = None
         self._live: Live | None = None
@@ -79,25 +82,15 @@ class Progress:
         for trial in study.get_trials(deepcopy=False):
             if trial.state.name in self.counts and not trial.user_attrs.get(RETRIED):
                 self.counts[trial.state.name] += 1
+        self.spent = spent(study.get_trials(deepcopy=False))
         self.best(study)
 
     def status(self) -> Text:
-        """The status line: trials done of n_trials (complete, pruned and failed ones alike),
-        running, re-run, the best so far and the time taken."""
-        counts = self.counts
+        """The status line (see :func:`status_line`)."""
         running = self._sweep.running if self._sweep else 0
         elapsed = time.monotonic() - self.started_at
-        done = counts["COMPLETE"] + counts["PRUNED"] + counts["FAIL"]
-        failed = (f", {counts['FAIL']} failed", "red") if counts["FAIL"] else ""
-        rerun = f" · {counts[RETRIED]} re-run" if counts[RETRIED] else ""
-        return Text.assemble(
-            ("sweep ", "bold"),
-            f"{done}/{self.n_trials} done ({counts['COMPLETE']} complete, "
-            f"{counts['PRUNED']} pruned",
-            failed,
-            f") · {running} running{rerun} · best {self.best_text} · ",
-            f"{int(elapsed // 60):02d}:{elapsed % 60:04.1f}",
-        )
+        cost = self.spent.text() if self.spent else None
+        return status_line(self.counts, self.n_trials, running, self.best_text, elapsed, cost)
 
     def refresh(self) -> None:
         if self._live is not None:
@@ -105,6 +98,10 @@ class Progress:
 
     def say(self, message: str) -> None:
         self.console.print(f"[paiexp] {message}", markup=False, highlight=False)
+
+    def spend(self, cost: RunCost) -> None:
+        """A trial's job cost this: the running total grows."""
+        self.spent = cost if self.spent is None else self.spent + cost
 
     def started(self, number: int) -> None:
         self.refresh()
@@ -143,11 +140,44 @@ class Progress:
 
     def show_best(self, best: Sequence[FrozenTrial]) -> None:
         """The best trial (one objective) or the Pareto front, as :func:`best_of` gives."""
-        if len(self.objectives) == 1:
-            value = best[0].values[0]
-            self.best_text = f"{self.objectives[0].metric}={value:.6g} (trial {best[0].number})"
-        else:
-            self.best_text = f"{len(best)} on the Pareto front"
+        self.best_text = best_text(self.objectives, best)
+
+
+def status_line(
+    counts: Mapping[str, int],
+    n_trials: int | None,
+    running: int,
+    best: str,
+    elapsed: float,
+    cost: str | None = None,
+) -> Text:
+    """The status line: trials done of n_trials (complete, pruned and failed ones alike),
+    running, re-run, the best so far, what the ended trials cost (``cost``) and the time
+    taken.  ``counts``: trials by state (COMPLETE, PRUNED, FAIL, and RETRIED: failed ones
+    run again)."""
+    complete, pruned, failed = (counts.get(k, 0) for k in ("COMPLETE", "PRUNED", "FAIL"))
+    done = complete + pruned + failed
+    of = f"/{n_trials}" if n_trials is not None else ""
+    failed_text = (f", {failed} failed", "red") if failed else ""
+    rerun = f" · {counts.get(RETRIED, 0)} re-run" if counts.get(RETRIED) else ""
+    return Text.assemble(
+        ("sweep ", "bold"),
+        f"{done}{of} done ({complete} complete, {pruned} pruned",
+        failed_text,
+        f") · {running} running{rerun} · best {best} · ",
+        f"cost {cost} · " if cost else "",
+        f"{int(elapsed // 60):02d}:{elapsed % 60:04.1f}",
+    )
+
+
+def best_text(objectives: Sequence[Objective], best: Sequence[FrozenTrial]) -> str:
+    """The status line's best: the best trial's value (one objective), else the Pareto
+    front's size."""
+    if not best:
+        return "-"
+    if len(objectives) == 1:
+        return f"{objectives[0].metric}={best[0].values[0]:.6g} (trial {best[0].number})"
+    return f"{len(best)} on the Pareto front"
 
 
 def best_of(
@@ -190,6 +220,9 @@ def print_summary(
     if outcome.best is not None and len(objectives) == 1:
         for line in best_run_lines(outcome.best, top[0].number if top else None):
             console.print(line, markup=False, highlight=False)
+    total = spent(study.get_trials(deepcopy=False))
+    if total is not None:
+        console.print(f"cost: {total.text()}", markup=False, highlight=False)
     if outcome.stop_reason and not outcome.interrupted:
         console.print(f"[paiexp] stopped submitting: {outcome.stop_reason}", markup=False)
     if outcome.tracking_errors:
@@ -272,6 +305,14 @@ def trial_rows(
         ]
         for trial in trials
     ]
+    costs = [trial_cost(trial) for trial in trials]
+    if any(costs):  # what each trial's job cost (see paiexp.sweep.spending)
+        currency = next((c.currency for c in costs if c and c.currency), None)
+        header += ["instance-h", *([currency] if currency else [])]
+        for row, cost in zip(rows, costs, strict=True):
+            row.append(f"{cost.instance_hours:.3g}" if cost else "-")
+            if currency:
+                row.append(f"{cost.cost:.2f}" if cost and cost.cost is not None else "-")
     return header, rows
 
 

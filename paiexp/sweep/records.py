@@ -3,7 +3,9 @@
 Per trial (user attributes): ``paiexp:job_name``, deterministic from the study and the trial
 number, before anything exists outside the storage; ``paiexp:job_id`` once its job is
 submitted; ``paiexp:owner``, the launcher following it (changed only by an atomic claim, see
-:mod:`paiexp.sweep.ownership`); and, when it ended, why it failed and whether it was re-run.
+:mod:`paiexp.sweep.ownership`); and, when it ended, why it failed and whether it was re-run;
+a re-run trial, its earlier attempts (job, reason, time lost) and the checkpoints it starts
+from.
 Per study: ``paiexp:sweep_id``, which tells its runs and jobs apart from those of another
 study of the same name; and, as system attributes, ``paiexp:heartbeat:<owner>``, the time of
 each launcher's last heartbeat, and on a database server ``paiexp:lock``, which launchers
@@ -19,6 +21,8 @@ REASON = "paiexp:failure_reason"
 RETRIED = "paiexp:retried"
 RETRY_OF = "paiexp:retry_of"
 ATTEMPT = "paiexp:attempt"
+ATTEMPTS = "paiexp:attempts"  # a re-run trial's earlier attempts: [{job, reason, seconds}]
+CHECKPOINTS = "paiexp:checkpoints"  # the checkpoints a re-run trial's job starts from
 PRUNING = "paiexp:pruning"
 SWEEP_ID = "paiexp:sweep_id"
 HEARTBEAT = "paiexp:heartbeat:"  # + the owner

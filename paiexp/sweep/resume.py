@@ -17,8 +17,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from paiexp.errors import UserError
+from paiexp.sweep import attempts
 from paiexp.sweep.ownership import Watch, dead_here, this_host, trial_id
 from paiexp.sweep.records import JOB_ID, JOB_NAME, OWNER, REASON, RETRIED
+from paiexp.sweep.spending import trial_cost
 from paiexp.sweep.tracking_messages import FinishedTrial
 from paiexp.sweep.trial_jobs import InFlight, TrialJobs
 
@@ -82,7 +84,7 @@ class Adopter:
         name = frozen.user_attrs.get(JOB_NAME) or jobs.job_name(frozen.number)
         trial.set_user_attr(JOB_NAME, name)
         if JOB_ID in frozen.user_attrs and jobs.backend.find(name) is None:
-            spec = jobs.spec(trial.params, trial.number, name)
+            spec = jobs.spec(trial.params, trial.number, name, attempts.checkpoints(trial))
             jobs.start_child(trial, spec, adopted=True)
             reason = f"job {name} was lost (not found after a restart)"
             jobs.fail(trial, reason, job_name=name, infrastructure=True)
@@ -136,6 +138,7 @@ def finished_before(jobs: TrialJobs) -> list[FinishedTrial]:
                 reason=trial.user_attrs.get(REASON),
                 record=jobs.record(trial.params, spec),
                 tags=tags,
+                cost=trial_cost(trial),
             )
         )
     return trials

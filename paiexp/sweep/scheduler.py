@@ -4,7 +4,7 @@ Each tick: submit while a slot is free and the budget allows; poll all jobs in o
 call; read each job's new log lines; report the pruning metric's new steps and stop a job the
 pruner condemns; tell a trial the moment its job ends.  An interrupt stops submitting, then
 stops the running jobs (``on_interrupt: stop``) or leaves them running for the next launch
-(``detach``).
+(``detach``; a SIGTERM always detaches).
 
 Once per heartbeat interval, and before it acts on a trial once that is due, the loop
 heartbeats (see :mod:`paiexp.sweep.ownership`) and adopts the trials of launchers that are
@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from paiexp.backends import BackendUnavailable, JobState, JobStatus
+from paiexp.config import InterruptMode
 from paiexp.diskfull import DiskFull, nearly_full, says_disk_full
 from paiexp.metrics import MetricPoint
 from paiexp.monitor import JobResult
@@ -61,6 +62,7 @@ class Scheduler:
         self.backend = jobs.backend
         self.inflight: list[InFlight] = []
         self.interrupts = 0
+        self.on_interrupt = sweep.on_interrupt  # a SIGTERM makes it detach
         self.stop_reason: str | None = None
         self.stop_failed = False  # stopped by failures (max_failures, tracking, refusal)
         self.started = time.monotonic()
@@ -79,14 +81,17 @@ class Scheduler:
         """Serve jobs launched elsewhere (adopted from a launcher that is gone)."""
         self.inflight.extend(flights)
 
-    def interrupt(self) -> None:
-        """Ctrl-C: no new trials, running jobs stopped or detached; a second one exits."""
+    def interrupt(self, *, detach: bool = False) -> None:
+        """Ctrl-C: no new trials, running jobs stopped or detached (``sweep.on_interrupt``;
+        ``detach``: detached whatever it says); a second one exits."""
         self.interrupts += 1
         if self.interrupts > 1:
             raise KeyboardInterrupt  # leave at once; the study resumes
+        if detach:
+            self.on_interrupt = InterruptMode.detach
         action = (
             "stopping running jobs"
-            if self.sweep.on_interrupt == "stop"
+            if self.on_interrupt == "stop"
             else "leaving running jobs to a later launch"
         )
         self.progress.say(f"interrupted: no new trials; {action} (Ctrl-C again to exit at once)")
@@ -98,7 +103,7 @@ class Scheduler:
             self._hold()
             self._check_tracking_disk()
             if self.interrupts:
-                if self.sweep.on_interrupt == "detach":
+                if self.on_interrupt == "detach":
                     return  # trials stay RUNNING; the next launch re-attaches to their jobs
                 self._stop_all()
             while self._may_submit():
@@ -227,6 +232,11 @@ class Scheduler:
                     "see their failure reasons"
                 )
                 return reason, True
+        limit = self.jobs.limit
+        if limit is not None and self.budget.counted() < sweep.n_trials:
+            spent = limit.why_stop(self.study)
+            if spent is not None:
+                return spent, False
         return None
 
     def _check_tracking_disk(self) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from paiexp.cost import RunCost
 from paiexp.diskfull import DiskFull
 from paiexp.metrics import MetricPoint
 from paiexp.monitor import JobResult
@@ -56,6 +57,7 @@ class FinishedTrial:
     reason: str | None
     record: TrialRecord
     tags: dict[str, str]
+    cost: RunCost | None = None  # what its job cost, as the study recorded it
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
 """The tracking process of a sweep: applies the launcher's calls to MLflow, in order.
 
 It dies with the launcher (a crash loses at most queued calls, which the next launch
-reconciles), ignores Ctrl-C (an interrupted sweep still closes its runs), yields the CPU to
-starting jobs, imports what the end-of-sweep plots need while a new trial's job starts up, and
-exits without the interpreter's teardown.  Every MLflow call goes through
+reconciles), ignores Ctrl-C (an interrupted sweep still closes its runs), applies each call in
+a gap of the machine's CPU use while trials run (:mod:`paiexp.cpu_gaps`) and at once when the
+sweep has ended, imports what the end-of-sweep plots need while a new trial's job starts up,
+and exits without the interpreter's teardown.  Every MLflow call goes through
 :class:`paiexp.tracking.MlflowTracker`.
 
 A tracking server that stops answering is waited for (:mod:`paiexp.outage`, up to
@@ -29,6 +30,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, assert_never
 
+from paiexp.cost import CURRENCY_TAG
+from paiexp.cpu_gaps import Flag, wait_for_gap
 from paiexp.diskfull import DiskFull, disk_full
 from paiexp.metrics import MetricPoint
 from paiexp.monitor import JobMonitor, job_log
@@ -37,6 +40,7 @@ from paiexp.record import RunRecord, make_record
 from paiexp.redact import redact_url
 from paiexp.sweep.opening import LEADER_ATTR, PARENT_RUN_ATTR
 from paiexp.sweep.records import JOB_NAME
+from paiexp.sweep.spending import SPENT_HOURS, spent
 from paiexp.sweep.study_artifacts import study_artifacts, warm_up
 from paiexp.sweep.tracking_messages import (
     BestRun,
@@ -71,7 +75,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-WORKER_NICENESS = 10
 # The plots' imports (most of a CPU-second) wait for the tracking process to be idle this long
 # right after a trial's job started, once an earlier trial finished: the new job is still
 # starting up (one thread: Python and its imports) rather than training on every core.
@@ -85,22 +88,11 @@ COMPLETE_TRIALS_TAG = "paiexp.complete_trials"
 BEST_JOB_TAG = "paiexp.best_job"
 
 
-def _yield_cpu() -> None:
-    """Run only on a CPU that nothing else wants (SCHED_IDLE), else niced: a job training
-    on every core loses each CPU-second taken from it, and more through OpenMP's barriers,
-    while the bookkeeping can wait for a gap (a job starting up, the end of the sweep)."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except (AttributeError, OSError):
-        with contextlib.suppress(OSError):
-            os.nice(WORKER_NICENESS)
-
-
-def serve(setup: TrackingSetup, calls: Any, replies: Any, launcher_pid: int) -> None:
-    """The tracking process: applies the launcher's calls in order until :class:`Close`."""
+def serve(setup: TrackingSetup, calls: Any, replies: Any, launcher_pid: int, ended: Flag) -> None:
+    """The tracking process: applies the launcher's calls in order until :class:`Close`;
+    ``ended``: the sweep submits no more trials (the calls left go at full speed)."""
     _die_with(launcher_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
-    _yield_cpu()
     os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"  # retried whole, idempotently, here
     quiet_about_full_disks()
     worker = TrackingWorker(setup)
@@ -113,6 +105,7 @@ def serve(setup: TrackingSetup, calls: Any, replies: Any, launcher_pid: int) -> 
             message: Call | Close = calls.get(timeout=idle_wait)
         except queue.Empty:
             warmed = True
+            wait_for_gap(ended)
             with contextlib.suppress(Exception):
                 warm_up()
             continue
@@ -127,6 +120,7 @@ def serve(setup: TrackingSetup, calls: Any, replies: Any, launcher_pid: int) -> 
         if worker.fatal:
             continue
         between_trials = isinstance(message, StartChild) and worker.finished_children > 0
+        wait_for_gap(ended)  # a job training on every core loses each CPU-second taken
         try:
             created = apply_through_outages(worker, message, outage)
         except Exception as exc:  # tracking must never take the sweep down
@@ -375,6 +369,7 @@ class TrackingWorker:
         """
         if not close:
             return
+        self.log_totals()
         if not interrupted:
             with tempfile.TemporaryDirectory() as directory:
                 for artifact_dir, path in study_artifacts(self.study, Path(directory)):
@@ -383,6 +378,17 @@ class TrackingWorker:
                 self.register_best(self.setup.register)
         status = "KILLED" if interrupted else "FINISHED" if self.any_complete() else "FAILED"
         self.tracker.terminate(self.parent_run_id, status)
+
+    def log_totals(self) -> None:
+        """What the study's trials cost in all (see paiexp.sweep.spending), on the parent."""
+        trials = self.study.get_trials(deepcopy=False)
+        total = spent(trials)
+        if total is None:
+            return
+        step = sum(1 for t in trials if SPENT_HOURS in t.user_attrs)  # a later launch's is new
+        points = [MetricPoint(k, v, step, time.time()) for k, v in total.metrics().items()]
+        tags = {CURRENCY_TAG: total.currency} if total.currency else {}
+        self.tracker.log_metrics(self.parent_run_id, points, tags=tags, resumed=True)
 
     def any_complete(self) -> bool:
         """Whether a trial of the study completed (a sweep without one failed)."""
@@ -508,9 +514,11 @@ class TrackingWorker:
             monitor = JobMonitor(backend, handle, spec, log_path)
             job_status = backend.poll([handle])[handle.id]
             monitor.pull(final=True)
+            result = monitor.result(job_status)
+            result.cost = trial.cost
             self.tracker.finish(
                 run_id,
-                monitor.result(job_status),
+                result,
                 unlogged=monitor.take_unlogged(),
                 status=TRIAL_STATE_TO_RUN_STATUS[trial.state],
                 reason=trial.reason,

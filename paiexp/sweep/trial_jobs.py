@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from paiexp.backends import JobHandle, JobRejected
+from paiexp.backends import JobHandle, JobRejected, JobStatus
+from paiexp.cost import RunCost, most, run_cost
 from paiexp.diskfull import disk_full
 from paiexp.errors import UserError
 from paiexp.monitor import JobMonitor, JobResult, job_log
 from paiexp.spec import JobSpec
+from paiexp.sweep import attempts, spending
 from paiexp.sweep.ownership import Identity, Lease, trial_id
 from paiexp.sweep.progress import best_of
 from paiexp.sweep.records import (
@@ -56,6 +59,7 @@ class InFlight:
     interrupted: bool = False  # the sweep was interrupted; its job is being stopped
     reported: set[int] = field(default_factory=set)  # steps reported to the pruner
     pulled: float = 0.0  # when its log was last read (monotonic)
+    submitted: float = field(default_factory=time.time)  # when submitted (or re-attached to)
 
 
 class TrialJobs:
@@ -83,6 +87,8 @@ class TrialJobs:
         self.n_trials = prepared.sweep.n_trials
         self.objectives = prepared.objectives
         self.distributions = prepared.space.distributions()
+        self.prices = prepared.prices
+        self.limit = prepared.budget  # sweep.max_cost / max_instance_hours
         self.unlabelled: dict[str, JobHandle] = {}  # jobs not yet told their run's id
         self.refused: str | None = None  # why the platform refuses this sweep's jobs
         self.blocked = False  # the last start could not ask (see start)
@@ -93,11 +99,15 @@ class TrialJobs:
     def job_name(self, number: int) -> str:
         return job_name(self.study_name, self.sweep_id, number)
 
-    def spec(self, params: dict[str, Any], number: int, name: str) -> JobSpec:
-        """The trial's job; a UserError when the schema rejects a swept value."""
+    def spec(
+        self, params: dict[str, Any], number: int, name: str, checkpoints: str | None = None
+    ) -> JobSpec:
+        """The trial's job; a UserError when the schema rejects a swept value.
+        ``checkpoints``: those of the lost job it re-runs, to start from."""
         spec = self.builder.spec(params, name)
         labels = {"paiexp-study": self.study_name, "paiexp-trial": str(number)}
-        return dataclasses.replace(spec, labels={**spec.labels, **labels})
+        spec = dataclasses.replace(spec, labels={**spec.labels, **labels})
+        return dataclasses.replace(spec, checkpoints=checkpoints) if checkpoints else spec
 
     def record(self, params: dict[str, Any], spec: JobSpec) -> TrialRecord:
         return TrialRecord(spec, self.builder.data(params))
@@ -106,11 +116,20 @@ class TrialJobs:
         """Ask for a new trial and launch it; None if it may not ask now (``blocked`` then
         says so: the budget is spent, perhaps by another launcher's last trial, or another
         launcher holds the study's lock), or if the trial ended at once (failed)."""
+        from optuna.exceptions import UpdateFinishedTrialError
+
         with self.lease.claims.exclusive() as acquired:  # launchers count and ask in turn
             self.blocked = not acquired or self.budget.counted() >= self.n_trials
             if self.blocked:
                 return None
-            trial = self.study.ask(self.distributions)
+            try:
+                trial = self.study.ask(self.distributions)
+            except UpdateFinishedTrialError:  # this launcher was silent (stopped) mid-ask
+                self.progress.say(
+                    "a trial this launcher was asking for was finished by another while it "
+                    "was silent; left to it"
+                )
+                return None
             if not self.lease.claim(trial_id(trial), None):
                 return None  # adopted first: only by a launcher that found it ownerless long
         return self.launch(trial, name=self.job_name(trial.number))
@@ -139,7 +158,7 @@ class TrialJobs:
     def _launch(self, trial: Trial, adopted: FrozenTrial | None) -> InFlight | None:
         name = str(trial.user_attrs[JOB_NAME])
         try:
-            spec = self.spec(trial.params, trial.number, name)
+            spec = self.spec(trial.params, trial.number, name, attempts.checkpoints(trial))
         except UserError as exc:  # a swept value the schema rejects: this trial cannot run
             self.fail(trial, str(exc))
             return None
@@ -161,6 +180,9 @@ class TrialJobs:
             self.fail(trial, f"submission failed: {exc}", job_name=name, infrastructure=True)
             return None
         trial.set_user_attr(JOB_ID, handle.id)
+        bound = most(spec.instance_type, spec.instance_count, spec.max_run_time, self.prices)
+        if bound is not None:
+            self.record_cost(trial, bound, spent=False)
         self.start_child(trial, spec, adopted=adopted is not None)
         self.unlabelled[name] = handle
         log_path = job_log(self.base_dir, name)
@@ -183,6 +205,7 @@ class TrialJobs:
         job_id = trial.user_attrs.get(JOB_ID)  # none when its job was never submitted
         if job_id:
             tags["paiexp.job_id"] = str(job_id)
+        tags.update(attempts.tags(trial, spec.name))
         record = self.record(params, spec)
         self.tracker.start_child(spec.name, record, tags, adopted=adopted, shared=self.shared)
 
@@ -209,11 +232,17 @@ class TrialJobs:
         from optuna.exceptions import UpdateFinishedTrialError
 
         trial = flight.trial
+        result.cost = self.cost(flight, result.status)
+        self.progress.spend(result.cost)
         try:
+            self.record_cost(trial, result.cost, spent=True)
             if reason:
                 trial.set_user_attr(REASON, reason[:REASON_LIMIT])
             if rerun:
-                self.budget.retry(trial, consume_attempt=not flight.interrupted)
+                carried = attempts.carried(
+                    trial, flight.spec.name, reason or "", lost(flight, result), result.outputs
+                )
+                self.budget.retry(trial, consume_attempt=not flight.interrupted, carried=carried)
             self.study.tell(trial, values or None, state=state)
         except (UpdateFinishedTrialError, ValueError):
             if not self.study.get_trials(deepcopy=False)[trial.number].state.is_finished():
@@ -235,6 +264,22 @@ class TrialJobs:
             log.warning("trial %d: %s", trial.number, warning)
         if values and self.improves(values):
             self.publish_best(changed_only=True)
+
+    def cost(self, flight: InFlight, status: JobStatus) -> RunCost:
+        """What a trial's job cost: from its start to its end as the backend says, else from
+        its submission to now (the end the launcher sees)."""
+        spec = flight.spec
+        started = status.started_at or flight.submitted
+        ended = status.ended_at or time.time()
+        cost = run_cost(spec.instance_type, spec.instance_count, started, ended, self.prices)
+        assert cost is not None
+        return cost
+
+    def record_cost(self, trial: Trial, cost: RunCost, *, spent: bool) -> None:
+        attrs: dict[str, object] = {}
+        spending.record(attrs, cost, spent=spent)
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
 
     def improves(self, values: list[float]) -> bool:
         """Whether a trial's objective values may change the best (it reads every complete
@@ -260,7 +305,8 @@ class TrialJobs:
 
         trial.set_user_attr(REASON, reason[:REASON_LIMIT])
         if infrastructure and self.budget.may_retry(trial):
-            self.budget.retry(trial)
+            job = job_name or str(trial.user_attrs.get(JOB_NAME, ""))
+            self.budget.retry(trial, carried=attempts.carried(trial, job, reason, 0.0, {}))
         self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
         if job_name:
             self.tracker.fail_child(job_name, reason)
@@ -296,3 +342,12 @@ class TrialJobs:
             metrics["pareto_front_size"] = float(len(best))
             tags = {"paiexp.best_trials": ",".join(str(t.number) for t in best)}
         self.tracker.update_best(metrics, len(complete), tags, best_job)
+
+
+def lost(flight: InFlight, result: JobResult) -> float:
+    """Seconds a job that ended ran: from its start to its end where the platform says,
+    else from its submission (or re-attachment) until now."""
+    status = result.status
+    if status.started_at is not None and status.ended_at is not None:
+        return max(0.0, status.ended_at - status.started_at)
+    return max(0.0, time.time() - flight.submitted)

@@ -18,6 +18,14 @@ on the host with the host interpreter first on ``PATH`` and the tree where it is
 for tests of the API alone). The ``PAI_*`` variables are those of ``paiexp.contract``.
 StopTrainingJob moves a job to ``Stopping`` while its process is being stopped (at least one
 phase), then to ``Terminated``.
+
+An output channel's ``OutputUri`` is mounted on PAI: what is there already (an earlier job's
+checkpoints, which the SDK's ``checkpoints_path`` names) is in ``ml/output/<channel>`` when the
+command starts. :meth:`PaiServer.reclaim` takes a running spot job's instances back as PAI
+does: its command is killed and the job ends ``Failed`` with ``RECLAIM_CODE`` (PAI's docs:
+"After preemptible resources are released, DLC jobs fail and stop running"; no status of its
+own, and the TrainingJob API documents no reason code for it: the code is the emulator's
+choice, worded from those docs, and holds the ``Spot`` paiexp's PAI backend classifies by).
 """
 
 from __future__ import annotations
@@ -30,9 +38,11 @@ import importlib.metadata
 import io
 import json
 import os
+import queue
 import re
 import secrets
 import shlex
+import shutil
 import sys
 import tarfile
 import tempfile
@@ -55,7 +65,15 @@ from paiexp import contract
 
 from .common import Credentials, Fault, FaultPlan, RequestLog, RequestRecord
 from .http_server import ServiceHttpServer
-from .runners import JOB_LABEL, ContainerEngine, HostProcess, Running, entry_script
+from .runners import (
+    JOB_LABEL,
+    ContainerEngine,
+    HostProcess,
+    Instance,
+    InstanceGroup,
+    Running,
+    entry_script,
+)
 from .store import ObjectStore, split_uri
 
 # ECS instance types PAI-DLC sells in cn-hangzhou (CPU and GPU); anything else is rejected.
@@ -94,6 +112,12 @@ ROA_SCHEME = "acs"  # Authorization: acs <AccessKeyId>:<base64 HMAC-SHA1>
 ROA_METHOD = "HMAC-SHA1"
 CLOCK_SKEW_SECONDS = 15 * 60
 KILL_GRACE_SECONDS = 1.0
+RECLAIM_CODE = "SpotInstanceReleased"
+RECLAIM_MESSAGE = (
+    "The preemptible (spot) instances of the job were released (reclaimed by the market "
+    "price or stock); the job failed and stopped running."
+)
+MASTER_PORT = 23456  # DLC's
 ACCOUNT_UID = "1605338126478013"
 # What a job inherits from the emulator's environment (no credentials, no host PYTHONPATH).
 HOST_ENV = re.compile(r"PATH|HOME|USER|LANG|LANGUAGE|LC_\w+|TZ|TMPDIR|PIP_\w+|(?i:\w+_proxy)")
@@ -145,7 +169,8 @@ class _Job:
     end: float | None = None
     logs: list[tuple[float, str]] = field(default_factory=list)
     metrics: list[tuple[str, float, float]] = field(default_factory=list)
-    running: Running | None = None  # its command (pip or the job's), while it runs
+    running: Running | InstanceGroup | None = None  # its command(s), while they run
+    instances: list[_Instance] = field(default_factory=list)  # of a multi-instance job
     stop_reason: str | None = None  # "user", "timeout" or "shutdown"
     stopping_since: float | None = None  # when StopTrainingJob set Stopping
     stop_event: threading.Event = field(default_factory=threading.Event)
@@ -154,6 +179,16 @@ class _Job:
     @property
     def ml(self) -> Path:
         return self.dir / "ml"
+
+
+@dataclass
+class _Instance:
+    """One instance of a multi-instance job, as GetTrainingJob's Instances[] shows it."""
+
+    name: str  # DLC's: <dlc id>-master-0, <dlc id>-worker-0, ... (its host name)
+    role: str  # Master or Worker
+    status: str = "Running"
+    logs: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -269,6 +304,17 @@ class PaiServer:
         with self._lock:
             ended = {job.id for job in self._jobs.values() if job.status in TERMINAL}
         return [c for c in self.containers() if c["Labels"].get(JOB_LABEL) in ended]
+
+    def reclaim(self, training_job_id: str) -> None:
+        """Take a running spot job's instances back: it ends Failed (``RECLAIM_CODE``).
+        ValueError for a job without ``SpotSpec`` or one not running: PAI reclaims neither."""
+        with self._lock:
+            job = self._jobs[training_job_id]
+            if not (job.request.get("ComputeResource") or {}).get("SpotSpec"):
+                raise ValueError(f"{training_job_id} is no spot job: nothing to reclaim")
+            if job.status != "Running":
+                raise ValueError(f"{training_job_id} is {job.status}, not Running")
+        self._interrupt(job, "reclaim")
 
     # HTTP plumbing ---------------------------------------------------------------------
     def _build_routes(self) -> list[_Route]:
@@ -702,6 +748,12 @@ class PaiServer:
                 for at, text in found.logs
                 if (start is None or at >= start) and (end is None or at <= end)
             ]
+            worker = query.get("WorkerId")
+            if worker and found.instances:  # one instance's own log (no job: the master's)
+                named = [i for i in found.instances if i.name == worker]
+                if not named:
+                    raise ApiError(404, "WORKER_NOT_FOUND", f"No instance {worker} in {job}.")
+                lines = list(named[0].logs)
         return {"Logs": _page(lines, query), "TotalCount": str(len(lines))}
 
     def _list_metrics(self, query: dict[str, str], body: bytes, job: str) -> dict[str, Any]:
@@ -756,7 +808,11 @@ class PaiServer:
         }
         if job.reason_code:
             view |= {"ReasonCode": job.reason_code, "ReasonMessage": job.reason_message}
-        if job.run_start:
+        if job.instances:
+            view["Instances"] = [
+                {"Name": i.name, "Role": i.role, "Status": i.status} for i in job.instances
+            ]
+        elif job.run_start:
             state = job.status if job.status in TERMINAL else "Running"
             view["Instances"] = [
                 {"Name": f"{job.dlc_id}-worker-0", "Role": "Worker", "Status": state}
@@ -884,7 +940,10 @@ class PaiServer:
                     "NoSuchBucket",
                     f"output channel {channel['Name']}: bucket {bucket} does not exist.",
                 )
-            (job.ml / "output" / channel["Name"]).mkdir(parents=True, exist_ok=True)
+            output = job.ml / "output" / channel["Name"]
+            if self._object_kind(channel["OutputUri"]) == "prefix":  # mounted: what is there
+                self.store.download_uri(channel["OutputUri"], output)
+            output.mkdir(parents=True, exist_ok=True)
         hps = {hp["Name"]: hp["Value"] for hp in request.get("HyperParameters") or []}
         (job.ml / "input" / "config" / "hyperparameters.json").write_text(json.dumps(hps, indent=2))
         return None
@@ -965,6 +1024,8 @@ class PaiServer:
             timer.daemon = True
             timer.start()
         try:
+            if self.engine and _instance_count(job.request) > 1:
+                return self._execute_instances(job, self.engine)
             if self.engine:
                 return self._execute_in_container(job, self.engine)
             return self._execute_on_host(job)
@@ -998,6 +1059,99 @@ class PaiServer:
             message = f"Installing Python requirements failed with exit code {code_text}."
             return "Failed", "RequirementsInstallFailed", message
         return _outcome(code)
+
+    def _execute_instances(
+        self, job: _Job, engine: ContainerEngine
+    ) -> tuple[str, str | None, str | None]:
+        """A multi-instance job as DLC runs it: one container per instance on a network of
+        the job's, each its own copy of ``ml/`` (the output channels shared) and DLC's
+        distributed variables. The first instance to fail fails the job, naming it, and the
+        others are stopped."""
+        request = job.request
+        job_type = request["AlgorithmSpec"].get("JobType") or "PyTorchJob"
+        names = _instance_names(job_type, _instance_count(request))
+        with self._lock:
+            job.instances = [
+                _Instance(
+                    f"{job.dlc_id}-{name}", "Master" if name.startswith("master") else "Worker"
+                )
+                for name in names
+            ]
+        runtime = job.dir / "runtime"
+        runtime.mkdir(exist_ok=True)
+        (runtime / "entry.sh").write_text(
+            entry_script(
+                list(request.get("PythonRequirements") or []),
+                (job.ml / "usercode" / "requirements.txt").is_file(),
+                request["AlgorithmSpec"]["Command"],
+            )
+        )
+        image = self._local_image(job)
+        assert image is not None  # checked before the job ran
+        hosts = [instance.name for instance in job.instances]
+        network = engine.create_network(job.id)
+        group = InstanceGroup()
+        with self._lock:
+            job.running = group
+        shared = str(job.ml)  # an instance's copy of it leaves out the outputs: they are mounted
+        exits: queue.Queue[tuple[int, int]] = queue.Queue()
+        first: tuple[_Instance, int] | None = None
+        try:
+            for rank, instance in enumerate(job.instances):
+                ml = job.ml if rank == 0 else job.dir / "instances" / names[rank] / "ml"
+                if rank:
+                    shutil.copytree(
+                        job.ml, ml, symlinks=True, ignore=lambda d, _: ["output"] * (d == shared)
+                    )
+                env = self._environment(job, contract.JobLayout())
+                env |= _distributed(job_type, rank, hosts)
+                where = Instance(instance.name, network, job.ml / "output")
+                if job.stop_reason:
+                    break
+                container = engine.start(job.id, image, ml, runtime, env, where)
+                group.add(container)
+                threading.Thread(
+                    target=self._follow, args=(job, rank, container, exits), daemon=True
+                ).start()
+            if job.stop_reason:
+                group.kill()
+            for _ in range(len(group.members)):
+                rank, code = exits.get()
+                instance = job.instances[rank]
+                with self._lock:
+                    if code == 0:
+                        instance.status = "Succeed"
+                    elif first is None and not job.stop_reason:
+                        instance.status, first = "Failed", (instance, code)
+                    else:
+                        instance.status = "Terminated"
+                if first is not None:
+                    group.kill()
+        finally:
+            with self._lock:
+                job.running = None
+                for instance in job.instances:
+                    if instance.status == "Running":
+                        instance.status = "Terminated"
+            group.close()
+            engine.remove_network(network)
+        if job.stop_reason:
+            return self._stopped(job)
+        if first is not None:
+            instance, code = first
+            _, reason, message = _outcome(code)
+            return "Failed", reason, f"Instance {instance.name} ({instance.role}): {message}"
+        return "Succeed", None, None
+
+    def _follow(self, job: _Job, rank: int, container: Running, exits: queue.Queue) -> None:
+        """Log an instance's output (the master's is the job's log), then report its exit."""
+        instance = job.instances[rank]
+        for line in container.lines():
+            if rank == 0:
+                self._append_log(job, line)
+            with self._lock:
+                instance.logs.append(line)
+        exits.put((rank, container.wait()))
 
     def _execute_on_host(self, job: _Job) -> tuple[str, str | None, str | None]:
         """Install what the host interpreter lacks, then run the command in ``ml/usercode``."""
@@ -1054,6 +1208,8 @@ class PaiServer:
             limit = _time_limit(job.request)
             message = f"The job ran longer than MaxRunningTimeInSeconds={limit} and was stopped."
             return "Failed", "JobTimeout", message
+        if job.stop_reason == "reclaim":
+            return "Failed", RECLAIM_CODE, RECLAIM_MESSAGE
         return "Terminated", "JobStoppedByUser", "The training job was stopped."
 
     def _interrupt(self, job: _Job, reason: str) -> None:
@@ -1181,6 +1337,33 @@ def _outcome(code: int) -> tuple[str, str | None, str | None]:
         return "Succeed", None, None
     how = f"was killed by signal {-code}" if code < 0 else f"failed with exit code {code}"
     return "Failed", "JobFailed", f"The training process {how}."
+
+
+def _instance_count(request: dict[str, Any]) -> int:
+    return int(request["ComputeResource"].get("EcsCount", 1))
+
+
+def _instance_names(job_type: str, count: int) -> list[str]:
+    """A job's instances as DLC names them: a TFJob's all workers, else a master first."""
+    if job_type == "TFJob":
+        return [f"worker-{rank}" for rank in range(count)]
+    return ["master-0", *(f"worker-{rank}" for rank in range(count - 1))]
+
+
+def _distributed(job_type: str, rank: int, hosts: list[str]) -> dict[str, str]:
+    """What DLC gives instance ``rank`` of a job whose instances have these host names."""
+    env = {
+        "MASTER_ADDR": hosts[0],
+        "MASTER_PORT": str(MASTER_PORT),
+        "WORLD_SIZE": str(len(hosts)),
+        "RANK": str(rank),
+        "NPROC_PER_NODE": "1",  # the emulator's instances have no GPU
+    }
+    if job_type == "TFJob":
+        cluster = {"worker": [f"{host}:{MASTER_PORT}" for host in hosts]}
+        task = {"type": "worker", "index": rank}
+        env["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": task, "environment": "cloud"})
+    return env
 
 
 def _official_images(region: str) -> list[dict[str, Any]]:

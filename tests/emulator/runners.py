@@ -20,13 +20,25 @@ import os
 import shlex
 import signal
 import subprocess
+import threading
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 ROOT_LABEL = "paiexp-emulator.root"
 JOB_LABEL = "paiexp-emulator.job"
 RUNTIME_DIR = "/pai-emulator"  # where a container finds its entry script
+
+
+@dataclass(frozen=True)
+class Instance:
+    """Where one instance of a multi-instance job runs: its host name on the job's network,
+    and the job's output directory that every instance shares."""
+
+    host: str
+    network: str
+    output: Path
 
 
 class Running(Protocol):
@@ -112,6 +124,33 @@ class JobContainer:
             self.api.remove_container(self.id, v=True, force=True)
 
 
+class InstanceGroup:
+    """The containers of a multi-instance job: a stop stops them all (each in its thread,
+    within the grace period)."""
+
+    def __init__(self) -> None:
+        self.members: list[JobContainer] = []
+        self.lock = threading.Lock()
+        self.killed = False
+
+    def add(self, container: JobContainer) -> None:
+        with self.lock:
+            self.members.append(container)
+            killed = self.killed
+        if killed:  # stopped while it was starting
+            container.kill()
+
+    def kill(self) -> None:
+        with self.lock:
+            self.killed, members = True, list(self.members)
+        for container in members:
+            threading.Thread(target=container.kill, daemon=True).start()
+
+    def close(self) -> None:
+        for container in self.members:
+            container.close()
+
+
 class ContainerEngine:
     """The local Docker engine, the images PAI image URIs map to, this emulator's containers."""
 
@@ -136,29 +175,39 @@ class ContainerEngine:
         return self.images.get(uri) or self.images.get("default")
 
     def start(
-        self, job_id: str, image: str, ml: Path, runtime: Path, env: dict[str, str]
+        self,
+        job_id: str,
+        image: str,
+        ml: Path,
+        runtime: Path,
+        env: dict[str, str],
+        instance: Instance | None = None,
     ) -> JobContainer:
-        """Create and start the job's container running ``runtime/entry.sh``."""
+        """Create and start the job's container running ``runtime/entry.sh`` (one
+        ``instance`` of a multi-instance job: on its network, under its host name)."""
         from docker.types import Mount
 
         user = None if os.geteuid() == 0 else f"{os.getuid()}:{os.getgid()}"
         environment = {**env, "TINI_KILL_PROCESS_GROUP": "1"}
         if user is not None:
             environment.setdefault("HOME", "/tmp")  # the image's HOME is its root's
+        mounts = [Mount("/ml", str(ml), type="bind"), Mount(RUNTIME_DIR, str(runtime), type="bind")]
+        networking, network = None, None
+        if instance is not None:  # the job's output channels, shared by its instances
+            mounts.append(Mount("/ml/output", str(instance.output), type="bind"))
+            network = instance.network
+            endpoint = self.api.create_endpoint_config(aliases=[instance.host])
+            networking = self.api.create_networking_config({network: endpoint})
         created = self.api.create_container(
             image,
+            hostname=instance.host if instance else None,
+            networking_config=networking,
             entrypoint=["/bin/sh", f"{RUNTIME_DIR}/entry.sh"],
             working_dir="/ml/usercode",
             environment=environment,
             labels={ROOT_LABEL: self.root, JOB_LABEL: job_id},
             user=user,
-            host_config=self.api.create_host_config(
-                mounts=[
-                    Mount("/ml", str(ml), type="bind"),
-                    Mount(RUNTIME_DIR, str(runtime), type="bind"),
-                ],
-                init=True,
-            ),
+            host_config=self.api.create_host_config(mounts=mounts, init=True, network_mode=network),
         )
         container = JobContainer(self.api, created["Id"], self.grace)
         try:
@@ -168,6 +217,18 @@ class ContainerEngine:
             raise
         return container
 
+    def create_network(self, job_id: str) -> str:
+        """A network for a multi-instance job's containers to reach each other by name."""
+        name = f"pai-emulator-{job_id}"
+        self.api.create_network(name, driver="bridge", labels={ROOT_LABEL: self.root})
+        return name
+
+    def remove_network(self, name: str) -> None:
+        from docker.errors import APIError
+
+        with contextlib.suppress(APIError):
+            self.api.remove_network(name)
+
     def containers(self) -> list[dict[str, Any]]:
         """This emulator's containers still in the engine (running or not)."""
         return list(self.api.containers(all=True, filters={"label": f"{ROOT_LABEL}={self.root}"}))
@@ -175,6 +236,8 @@ class ContainerEngine:
     def remove_all(self) -> None:
         for summary in self.containers():
             JobContainer(self.api, summary["Id"], self.grace).close()
+        for network in self.api.networks(filters={"label": f"{ROOT_LABEL}={self.root}"}):
+            self.remove_network(network["Id"])
 
 
 def _text(raw: bytes) -> str:

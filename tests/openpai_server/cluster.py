@@ -6,14 +6,18 @@ A job walks FrameworkController's states (AttemptCreationPending -> AttemptPrepa
 AttemptRunning -> [AttemptDeletionRequested] -> AttemptCompleted -> Completed) and shows them
 as the rest-server does (WAITING, RUNNING, STOPPING, STOPPED, SUCCEEDED, FAILED), with exit
 codes, phrases and diagnostics from OpenPAI's exit spec. ``jobRetryCount`` starts new attempts
-of a failed job. Logs are the containers' stdout/stderr, kept in files once a container is
-collected; a container is removed before its job is shown as ended, and on ``shutdown``.
+of a failed job. A task role of N instances is N containers on a network made for the
+attempt (removed with it), each with OpenPAI's variables (:mod:`.taskrole`); the role's
+completion policy ends the attempt, the tasks still running then stopped. Logs are the
+containers' stdout/stderr, kept in files once a container is collected; a container is
+removed before its job is shown as ended, and on ``shutdown``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import queue
 import re
 import threading
 import time
@@ -22,12 +26,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .taskrole import (
+    RUNTIME_DIR,
+    Completion,
+    publish_hosts,
+    reserve_ports,
+    task_environment,
+    wait_for_hosts,
+)
+
 LABEL = "paiexp-test.openpai"  # every container of a fake cluster: its id
 STOP_CODE = -210  # StopFrameworkRequested
+POLICY_CODE = -220  # FrameworkAttemptCompletion: a task stopped as its attempt completed
 # A subset of OpenPAI's k8s-job-exit-spec.yaml: code -> (phrase, type).
 EXIT_SPEC: dict[int, tuple[str, str]] = {
     0: ("Succeeded", "USER_SUCCESS"),
     STOP_CODE: ("StopFrameworkRequested", "USER_STOP"),
+    POLICY_CODE: ("FrameworkAttemptCompletion", "USER_STOP"),
     -1200: ("UserContainerDockerOOMKilled", "USER_FAILURE"),
     137: ("ContainerSigKillReceived", "PLATFORM_FAILURE"),
     143: ("ContainerSigTermReceived", "PLATFORM_FAILURE"),
@@ -45,11 +60,17 @@ def convert_state(sub_state: str, code: int | None) -> str:
     if sub_state == "AttemptRunning":
         return "RUNNING"
     if sub_state in ("AttemptDeletionPending", "AttemptDeletionRequested", "AttemptDeleting"):
-        return "STOPPING" if code in (STOP_CODE, -220) else "RUNNING"
+        return "STOPPING" if code in (STOP_CODE, POLICY_CODE) else "RUNNING"
     if sub_state == "AttemptCompleted":
         return "WAITING"  # a retry is coming
     if sub_state == "Completed":
-        return "SUCCEEDED" if code == 0 else "STOPPED" if code in (STOP_CODE, -220) else "FAILED"
+        return (
+            "SUCCEEDED"
+            if code == 0
+            else "STOPPED"
+            if code in (STOP_CODE, POLICY_CODE)
+            else "FAILED"
+        )
     return "UNKNOWN"
 
 
@@ -63,14 +84,16 @@ class Task:
     index: int
     pod_uid: str = field(default_factory=lambda: str(uuid.uuid4()))
     container: str | None = None
+    ip: str | None = None  # on the attempt's network, once started
     exit_code: int | None = None
+    ended_by_policy: bool = False  # stopped because its attempt completed
     log_dir: Path | None = None  # the collected logs: all, stdout, stderr
 
     @property
     def state(self) -> str:
         if self.exit_code is None:
             return "RUNNING" if self.container else "WAITING"
-        return "SUCCEEDED" if self.exit_code == 0 else "FAILED"
+        return convert_state("Completed", self.exit_code)
 
 
 @dataclass
@@ -83,6 +106,7 @@ class Job:
     execution_type: str = "START"
     code: int | None = None
     diagnostics: str | None = None
+    trigger: tuple[int, str] | None = None  # the task that ended the attempt, and why
     completed: float | None = None
     attempts: list[list[Task]] = field(default_factory=list)
     stopped: threading.Event = field(default_factory=threading.Event)
@@ -139,9 +163,9 @@ class Job:
             appExitMessages={"container": None, "runtime": None, "launcher": self.diagnostics}
             if self.diagnostics
             else None,
-            appExitTriggerMessage=self.diagnostics,
-            appExitTriggerTaskRoleName=self.role if ended else None,
-            appExitTriggerTaskIndex=0 if ended else None,
+            appExitTriggerMessage=self.trigger[1] if ended and self.trigger else None,
+            appExitTriggerTaskRoleName=self.role if ended and self.trigger else None,
+            appExitTriggerTaskIndex=self.trigger[0] if ended and self.trigger else None,
             appExitType=exit_spec(self.code)["type"] if self.code is not None else None,
         )
         tasks = self.attempts[-1] if self.attempts else []
@@ -157,7 +181,7 @@ class Job:
                             "taskIndex": task.index,
                             "taskState": task.state,
                             "containerId": task.pod_uid,
-                            "containerIp": "127.0.0.1",
+                            "containerIp": task.ip,
                             "containerExitCode": task.exit_code,
                         }
                         for task in tasks
@@ -212,6 +236,8 @@ class FakeCluster:
             thread.join(timeout=KILL_GRACE + 10)
         for container in self.api.containers(all=True, filters={"label": f"{LABEL}={self.label}"}):
             self.api.remove_container(container["Id"], force=True)
+        for network in self.api.networks(filters={"label": f"{LABEL}={self.label}"}):
+            self.api.remove_network(network["Id"])
 
     def log(self, task: Task, kind: str) -> bytes:
         """A task's log (``all``, ``stdout`` or ``stderr``): its file once collected."""
@@ -253,7 +279,7 @@ class FakeCluster:
         tasks = [Task(index) for index in range(int(role.get("instances", 1)))]
         with self.lock:
             job.attempts.append(tasks)
-            job.sub_state, job.code = "AttemptCreationPending", None
+            job.sub_state, job.code, job.trigger = "AttemptCreationPending", None, None
         time.sleep(self.phase_seconds)
         with self.lock:
             if job.stopped.is_set():
@@ -262,23 +288,83 @@ class FakeCluster:
         problem = self._cannot_launch(job)
         if problem is not None:
             return problem
-        for task in tasks:
-            container = self._create(job, attempt, task)
+        runtime = self.logs / job.framework / f"{attempt}-runtime"  # the tasks' addresses
+        runtime.mkdir(parents=True)
+        network = self.api.create_network(
+            f"openpai-{self.label}-{uuid.uuid4().hex[:8]}-{attempt}",
+            driver="bridge",
+            labels={LABEL: self.label, "openpai.job": job.framework},
+        )["Id"]
+        try:
+            ports = reserve_ports(role, len(tasks))
+            for task in tasks:
+                container = self._create(job, attempt, task, network, ports, runtime)
+                with self.lock:
+                    task.container = container
+                    stopped = job.stopped.is_set()
+                if not stopped:
+                    self.api.start(container)
             with self.lock:
-                task.container = container
-                stopped = job.stopped.is_set()
-            if not stopped:
-                self.api.start(container)
-        with self.lock:
-            if not job.stopped.is_set():
-                job.sub_state = "AttemptRunning"
-        codes = [self._collect(job, attempt, task) for task in tasks]
-        failed = next((c for c in codes if c != 0), 0)
-        if failed == 0:
-            return 0, None
-        if failed in EXIT_SPEC:
-            return failed, f"Pod failed: container app exited with code {failed}"
-        return 255, f"Pod failed: user command exited with code {failed}"
+                if not job.stopped.is_set():
+                    job.sub_state = "AttemptRunning"
+            addresses = [self._address(task, network) for task in tasks]
+            with self.lock:
+                for task, address in zip(tasks, addresses, strict=True):
+                    task.ip = address or None
+            publish_hosts(runtime, job.role, addresses)
+            return self._complete(job, attempt, tasks, Completion.of(role))
+        finally:
+            for task in tasks:  # never started (a stop came first): collected by nobody
+                if task.container and task.exit_code is None:
+                    self.api.remove_container(task.container, force=True)
+            self.api.remove_network(network)
+
+    def _address(self, task: Task, network: str) -> str:
+        """A task's IP on the attempt's network ("" if it never started)."""
+        assert task.container is not None
+        settings = self.api.inspect_container(task.container)["NetworkSettings"]["Networks"]
+        return str(next(iter(settings.values()), {}).get("IPAddress") or "")
+
+    def _complete(
+        self, job: Job, attempt: int, tasks: list[Task], completion: Completion
+    ) -> tuple[int, str | None]:
+        """Collect the tasks as they exit until the completion policy ends the attempt; then
+        stop the others. The attempt's exit code and diagnostics."""
+        exits: queue.Queue[int] = queue.Queue()
+        for task in tasks:
+            threading.Thread(target=self._await, args=(task, exits), daemon=True).start()
+        codes: dict[int, int] = {}
+        result: tuple[int, str | None] | None = None
+        while len(codes) < len(tasks):
+            index = exits.get()
+            codes[index] = self._collect(job, attempt, tasks[index])
+            verdict = completion.verdict(codes, len(tasks)) if result is None else None
+            if verdict is None:
+                continue
+            succeeded, why = verdict
+            result = (0, None) if succeeded else _failure(codes[index])
+            with self.lock:
+                job.trigger = (index, f"{why}: triggered by Task [{job.role}][{index}]")
+                others = [t for t in tasks if t.index not in codes]
+                for task in others:
+                    task.ended_by_policy = True
+            for task in others:
+                threading.Thread(target=self._kill, args=(task.container,), daemon=True).start()
+        assert result is not None
+        return result
+
+    def _await(self, task: Task, exits: queue.Queue[int]) -> None:
+        """Tell ``exits`` when the task's container has exited (at once if it never started)."""
+        import docker
+
+        assert task.container is not None
+        api = docker.from_env().api  # a client of its own: this call blocks
+        try:
+            if api.inspect_container(task.container)["State"]["Status"] != "created":
+                api.wait(task.container)
+        finally:
+            api.close()
+            exits.put(task.index)
 
     def _cannot_launch(self, job: Job) -> tuple[int, str] | None:
         from docker.errors import ImageNotFound
@@ -302,7 +388,15 @@ class FakeCluster:
             for name in (plugin.get("parameters") or {}).get("storageConfigNames") or []
         ]
 
-    def _create(self, job: Job, attempt: int, task: Task) -> str:
+    def _create(
+        self,
+        job: Job,
+        attempt: int,
+        task: Task,
+        network: str,
+        ports: list[dict[str, list[int]]],
+        runtime: Path,
+    ) -> str:
         from docker.types import Mount
 
         role = job.protocol["taskRoles"][job.role]
@@ -313,13 +407,11 @@ class FakeCluster:
             Mount(f"/mnt/{name}", str(self.storages[name]), type="bind")
             for name in self._storage_names(job)
         ]
+        mounts.append(Mount(str(RUNTIME_DIR), str(runtime), type="bind", read_only=True))
         env = {
             "PAI_USER_NAME": job.user,
             "PAI_JOB_NAME": job.framework,
-            "PAI_CURRENT_TASK_ROLE_NAME": job.role,
-            "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX": str(task.index),
-            "PAI_TASK_INDEX": str(task.index),
-            "PAI_TASK_ROLE_COUNT": "1",
+            **task_environment(job.role, role, task.index, ports),
             "TINI_KILL_PROCESS_GROUP": "1",
         }
         memory = int(resources["memoryMB"]) << 20
@@ -329,10 +421,11 @@ class FakeCluster:
             nano_cpus=int(min(int(resources["cpu"]), self.cpus) * 1e9),
             mem_limit=memory,
             memswap_limit=memory,
+            network_mode=network,
         )
         created = self.api.create_container(
             job.protocol["prerequisites"][0]["uri"],
-            command=["/bin/sh", "-c", script],
+            command=["/bin/sh", "-c", wait_for_hosts(script)],
             environment=env,
             labels={LABEL: self.label, "openpai.job": job.framework},
             host_config=host_config,
@@ -341,11 +434,11 @@ class FakeCluster:
         return str(created["Id"])
 
     def _collect(self, job: Job, attempt: int, task: Task) -> int:
-        """Wait for a task's container, keep its logs, remove it; its exit code."""
+        """Keep an exited task's logs, remove its container; its exit code (-220 for a task
+        stopped because its attempt completed, -210 for one a stop of the job ended)."""
         assert task.container is not None
-        if self.api.inspect_container(task.container)["State"]["Status"] != "created":
-            self.api.wait(task.container)
         state = self.api.inspect_container(task.container)["State"]
+        started = state["Status"] != "created"
         log_dir = self.logs / job.framework / f"{attempt}-{task.index}"
         log_dir.mkdir(parents=True, exist_ok=True)
         for kind, (out, err) in {"all": (1, 1), "stdout": (1, 0), "stderr": (0, 1)}.items():
@@ -354,6 +447,10 @@ class FakeCluster:
             (log_dir / f".{kind}").rename(log_dir / kind)
         code = -1200 if state.get("OOMKilled") else int(state["ExitCode"])
         with self.lock:
+            if task.ended_by_policy and code != 0:
+                code = POLICY_CODE
+            elif not started or (job.stopped.is_set() and code != 0):
+                code = STOP_CODE
             task.log_dir, task.exit_code = log_dir, code
         self.api.remove_container(task.container, force=True)
         return code
@@ -363,3 +460,10 @@ class FakeCluster:
 
         with contextlib.suppress(APIError):  # gone already
             self.api.stop(container, timeout=KILL_GRACE)
+
+
+def _failure(code: int) -> tuple[int, str]:
+    """A failed attempt's exit code and diagnostics, from its failed task's exit code."""
+    if code in EXIT_SPEC:
+        return code, f"Pod failed: container app exited with code {code}"
+    return 255, f"Pod failed: user command exited with code {code}"

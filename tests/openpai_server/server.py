@@ -42,6 +42,7 @@ from .cluster import FakeCluster, Job
 
 JOB_NAME = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
 ROLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+PORT_LABEL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DEFAULT_LIMIT, MAX_LIMIT = 5000, 50000
 
 
@@ -144,11 +145,12 @@ class OpenPaiServer:
         with self.cluster.lock:
             return dict(self.cluster.jobs[f"{self.user}~{name}"].protocol)
 
-    def log(self, name: str) -> bytes:
-        """The output so far of a job's task 0 in its latest attempt (b"" before it started)."""
+    def log(self, name: str, index: int = 0) -> bytes:
+        """The output so far of a job's task ``index`` in its latest attempt (b"" before it
+        started)."""
         with self.cluster.lock:
             job = self.cluster.jobs.get(f"{self.user}~{name}")
-            task = job.attempts[-1][0] if job and job.attempts else None
+            task = job.attempts[-1][index] if job and job.attempts else None
         return self.cluster.log(task, "all") if task else b""
 
     def containers(self) -> list[dict[str, Any]]:
@@ -158,6 +160,12 @@ class OpenPaiServer:
         return list(
             self.cluster.api.containers(all=True, filters={"label": f"{LABEL}={self.label}"})
         )
+
+    def networks(self) -> list[dict[str, Any]]:
+        """This cluster's networks (one per attempt of a job) that exist now."""
+        from .cluster import LABEL
+
+        return list(self.cluster.api.networks(filters={"label": f"{LABEL}={self.label}"}))
 
     def records(self, action: str | None = None) -> list[Request]:
         with self._lock:
@@ -443,6 +451,16 @@ def _check_protocol(protocol: Any) -> str:
             raise invalid(f"taskRoles.{role}.commands must be a list of strings")
         if int(spec.get("instances", 1)) < 1:
             raise invalid(f"taskRoles.{role}.instances must be >= 1")
+        ports = resources.get("ports") or {}
+        if not all(
+            PORT_LABEL.match(str(k)) and isinstance(n, int) and n >= 1 for k, n in ports.items()
+        ):
+            raise invalid(f"taskRoles.{role}.resourcePerInstance.ports: label -> count >= 1")
+        for key, value in (spec.get("completion") or {}).items():
+            if key not in ("minFailedInstances", "minSucceededInstances") or not (
+                isinstance(value, int) and (value == -1 or value >= 1)
+            ):
+                raise invalid(f"taskRoles.{role}.completion.{key} must be -1 or >= 1")
     if int(protocol.get("jobRetryCount") or 0) < 0:
         raise invalid("jobRetryCount must be >= 0")
     return name

@@ -5,7 +5,8 @@ Hyperparameters (PAI_HPS): x (the objective is x**2), duration (seconds, spread 
 silent ("true" -> never prints the objective), model ("true" -> writes a model file to
 the model channel). Every execution appends its hyperparameters
 (PAI_HPS, one line) to the file named by $LEDGER, so tests can count executions and tell
-whose they were (every job's working directory is /ml/usercode, as on PAI).
+whose they were (every job's working directory is /ml/usercode, as on PAI). With $GATE
+set, a job ends only once the file it names exists (a test holds jobs running that way).
 """
 
 import json
@@ -26,6 +27,10 @@ if ledger:
 for step in range(steps):
     time.sleep(duration / steps)
     print(f"loss={x * x + 1.0 / (step + 1):.6f}", flush=True)
+
+gate = os.environ.get("GATE")
+while gate and not os.path.exists(gate):
+    time.sleep(0.05)
 
 if hps.get("fail") == "true":
     print("something went wrong", file=sys.stderr)
