@@ -19,7 +19,7 @@ from paiexp.sqlite_store import create_sqlite_database, template_path
 from paiexp.sweep import tracking_worker
 from paiexp.sweep.opening import LEADER_ATTR, PARENT_RUN_ATTR
 from paiexp.sweep.ownership import study_storage
-from paiexp.sweep.records import HEARTBEAT
+from paiexp.sweep.records import HEARTBEAT, OWNER
 from paiexp.sweep.study import create_storage
 from paiexp.sweep.tracking import SweepTracker
 from paiexp.sweep.tracking_messages import (
@@ -110,9 +110,15 @@ def test_parent_run_is_found_again_and_one_child_is_tagged_best(tmp_path: Path) 
         assert again.parent_run_id == parent_id
     adopted = again.apply(start_child("job-0", 0, adopted=True))
     assert adopted == RunCreated("job-0", worker.runs["job-0"])
-    again.apply(FinishParent(interrupted=True, close=False))  # other launchers' trials run
+    # Whether another launcher's trial runs is read as the call is applied, not as it was sent.
+    other = optuna.load_study(study_name="syn", storage=create_storage(setup.storage))
+    elsewhere = other.ask()
+    elsewhere.set_user_attr(OWNER, "other-host:4242:1700000000:token")
+    this_launcher = "this-host:77:1700000001:token"
+    again.apply(FinishParent(interrupted=True, launcher=this_launcher))
     assert client.get_run(parent_id).info.status == "RUNNING"
-    again.apply(FinishParent(interrupted=True))
+    other.tell(elsewhere, 1.0)
+    again.apply(FinishParent(interrupted=True, launcher=this_launcher))
     assert client.get_run(parent_id).info.status == "KILLED"
     assert len(client.search_runs([parent.info.experiment_id])) == 3
 

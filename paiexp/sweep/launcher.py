@@ -24,7 +24,7 @@ from types import FrameType
 from paiexp.sweep.budget import TrialBudget
 from paiexp.sweep.opening import PARENT_RUN_ATTR, open_study
 from paiexp.sweep.ownership import launcher_identity
-from paiexp.sweep.parent_run import left_by_launchers_gone, parent_run, running_elsewhere
+from paiexp.sweep.parent_run import left_by_launchers_gone, parent_run
 from paiexp.sweep.prepared import PreparedSweep, SweepOutcome
 from paiexp.sweep.progress import Progress
 from paiexp.sweep.resume import finished_before
@@ -75,10 +75,7 @@ class Launcher:
             scheduler.run()
         tracker.sweep_ended()
         jobs.publish_best()  # the study's best, even if a killed launch lost its last update
-        tracker.finish_parent(
-            interrupted=bool(scheduler.interrupts),
-            close=not running_elsewhere(study, self.owner),
-        )
+        tracker.finish_parent(interrupted=bool(scheduler.interrupts), launcher=self.owner)
         uri = tracker.close()
         if tracker.disk_full:  # the last calls found the disk full: the next launch writes them
             raise tracker.disk_full

@@ -193,8 +193,12 @@ def best_of(
 def ranking(objective: Objective) -> Callable[[FrozenTrial], tuple[float, int]]:
     """The sort key of complete trials, best first; a tie goes to the earlier trial (so the
     status line, the summary and the parent run name the same one)."""
-    sign = -1.0 if objective.direction == "maximize" else 1.0
-    return lambda trial: (sign * trial.values[0], trial.number)
+    return lambda trial: rank(objective, trial.values[0], trial.number)
+
+
+def rank(objective: Objective, value: float, number: int) -> tuple[float, int]:
+    """Trial ``number``'s place when it scores ``value``: lower ranks better."""
+    return (-value if objective.direction == "maximize" else value, number)
 
 
 def print_summary(

@@ -135,8 +135,8 @@ class Tracker(ABC):
     ) -> None:
         self.send(UpdateBest(dict(metrics), step, dict(tags), best_job))
 
-    def finish_parent(self, *, interrupted: bool, close: bool = True) -> None:
-        self.send(FinishParent(interrupted, close))
+    def finish_parent(self, *, interrupted: bool, launcher: str | None = None) -> None:
+        self.send(FinishParent(interrupted, launcher))
 
 
 def _warn(text: str) -> None:

@@ -135,11 +135,13 @@ class UpdateBest:
 
 @dataclass(frozen=True)
 class FinishParent:
-    """The study's plots and trials table on the parent run; then close it.  Without
-    ``close`` (another launcher's trials still run) it is left to the last launcher."""
+    """The study's plots and trials table on the parent run; then close it.  When another
+    launcher than ``launcher`` (its owner string) has a trial running as this call is applied,
+    it is left to the last launcher: decided then, not when the call was sent, as another
+    launcher's tracking process may lag behind its trials (None: close in any case)."""
 
     interrupted: bool
-    close: bool = True
+    launcher: str | None = None
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from paiexp.outage import Outage, OutageTooLong
 from paiexp.record import RunRecord, make_record
 from paiexp.redact import redact_url
 from paiexp.sweep.opening import LEADER_ATTR, PARENT_RUN_ATTR
+from paiexp.sweep.parent_run import running_elsewhere
 from paiexp.sweep.records import JOB_NAME
 from paiexp.sweep.spending import SPENT_HOURS, spent
 from paiexp.sweep.study_artifacts import study_artifacts, warm_up
@@ -276,7 +277,7 @@ class TrackingWorker:
             case UpdateBest():
                 self.update_best(call, at=at)
             case FinishParent():
-                self.finish_parent(interrupted=call.interrupted, close=call.close)
+                self.finish_parent(interrupted=call.interrupted, launcher=call.launcher)
             case _:
                 assert_never(call)
         return None
@@ -361,13 +362,13 @@ class TrackingWorker:
             self.tracker.tag_best(self.parent_run_id, best_run_id)
             self._best_job = best_job
 
-    def finish_parent(self, *, interrupted: bool, close: bool) -> None:
+    def finish_parent(self, *, interrupted: bool, launcher: str | None) -> None:
         """Plots and the trials table as artifacts; then close the parent run.
 
         An interrupted launch closes it KILLED at once; the next full launch draws the plots.
-        Without ``close``, another launcher's trials still run: the last launcher does it all.
+        While a trial of another launcher than ``launcher`` runs, the last launcher does it all.
         """
-        if not close:
+        if launcher is not None and running_elsewhere(self.study, launcher):
             return
         self.log_totals()
         if not interrupted:

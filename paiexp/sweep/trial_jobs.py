@@ -22,7 +22,7 @@ from paiexp.monitor import JobMonitor, JobResult, job_log
 from paiexp.spec import JobSpec
 from paiexp.sweep import attempts, spending
 from paiexp.sweep.ownership import Identity, Lease, trial_id
-from paiexp.sweep.progress import best_of
+from paiexp.sweep.progress import best_of, rank, ranking
 from paiexp.sweep.records import (
     JOB_ID,
     JOB_NAME,
@@ -93,7 +93,7 @@ class TrialJobs:
         self.refused: str | None = None  # why the platform refuses this sweep's jobs
         self.blocked = False  # the last start could not ask (see start)
         self.published: tuple[int, ...] = ()  # the best trial(s) the parent run was told
-        self.best_value: float | None = None  # one objective: the value of the best published
+        self.best_key: tuple[float, int] | None = None  # one objective: the best published's rank
         self.shared = False  # another launcher has followed the study (its heartbeat seen)
 
     def job_name(self, number: int) -> str:
@@ -262,7 +262,7 @@ class TrialJobs:
         self.progress.finished(trial.number, state.name, values, shown, retried=retried)
         for warning in result.warnings:
             log.warning("trial %d: %s", trial.number, warning)
-        if values and self.improves(values):
+        if values and self.improves(trial.number, values):
             self.publish_best(changed_only=True)
 
     def cost(self, flight: InFlight, status: JobStatus) -> RunCost:
@@ -281,15 +281,15 @@ class TrialJobs:
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
 
-    def improves(self, values: list[float]) -> bool:
-        """Whether a trial's objective values may change the best (it reads every complete
-        trial: per tell, that would grow with the study); other launchers' better trials are
-        published once per heartbeat interval (see :class:`~paiexp.sweep.scheduler.Scheduler`)."""
-        if len(self.objectives) > 1 or self.best_value is None:
+    def improves(self, number: int, values: list[float]) -> bool:
+        """Whether trial ``number``'s objective values may change the best: a better value, or
+        the best value of an earlier trial, as :func:`~paiexp.sweep.progress.ranking` ranks
+        them (it reads every complete trial: per tell, that would grow with the study); other
+        launchers' better trials are published once per heartbeat interval (see
+        :class:`~paiexp.sweep.scheduler.Scheduler`)."""
+        if len(self.objectives) > 1 or self.best_key is None:
             return True
-        if self.objectives[0].direction == "maximize":
-            return values[0] > self.best_value
-        return values[0] < self.best_value
+        return rank(self.objectives[0], values[0], number) < self.best_key
 
     def fail(
         self,
@@ -330,8 +330,8 @@ class TrialJobs:
         metrics: dict[str, float] = {}
         best_job: str | None = None
         if len(self.objectives) == 1:
-            self.best_value = float(best[0].values[0])
-            metrics[f"best_{self.objectives[0].metric}"] = self.best_value
+            self.best_key = ranking(self.objectives[0])(best[0])
+            metrics[f"best_{self.objectives[0].metric}"] = float(best[0].values[0])
             tags = {
                 "paiexp.best_trial": str(best[0].number),
                 "paiexp.best_value": repr(best[0].values[0]),
