@@ -268,22 +268,32 @@ def test_a_sweep_launched_without_waiting_outlives_the_process_that_launched_it(
 
 
 def test_a_cli_sweep_is_read_and_stopped_from_python_while_it_runs(tmp_path: Path) -> None:
-    params = {"x": "interval(-1, 1)", "duration": 4.0, "steps": 4}
-    root = project_with_sweep(tmp_path, params=params, n_trials=6, parallelism=2)
+    root = project_with_sweep(tmp_path, n_trials=6, parallelism=2)
+    gates = root / "gates"  # each job runs until the test opens its gate
+    gates.mkdir()
+
+    def held(count: int) -> list[Path] | None:
+        waiting = [p for p in gates.glob("*.held") if not p.with_suffix(".open").exists()]
+        return waiting if len(waiting) == count else None
+
     with open(root / "launcher.log", "w") as log:
         launcher = subprocess.Popen(
             [sys.executable, "-m", "paiexp", "+sweep=syn"],
             cwd=root,
-            env=clean_env(LEDGER=str(root / "ledger.txt")),
+            env=clean_env(LEDGER=str(root / "ledger.txt"), GATES=str(gates)),
             stdout=log,
             stderr=subprocess.STDOUT,
         )
     try:
+        for job in wait_until(lambda: held(2), 120, "two jobs to run"):
+            job.with_suffix(".open").touch()
         wait_until(lambda: (root / "optuna.journal").exists(), 60, "the study to exist")
         sweep = paiexp.attach_sweep("syn", project=root)
-        wait_until(lambda: sweep.counts()["complete"] >= 2, 120, "two trials to complete")
+        wait_until(lambda: sweep.counts()["complete"] == 2, 120, "two trials to complete")
+        wait_until(lambda: held(2), 120, "the next two jobs to run")
         partial = sweep.results()
-        assert 2 <= (partial["state"] == "COMPLETE").sum() < 6
+        assert (partial["state"] == "COMPLETE").sum() == 2
+        assert (partial["state"] == "RUNNING").sum() == 2
         assert sweep.running
         sweep.stop()  # as Ctrl-C: the running jobs stop, their points run next launch
         assert launcher.wait(timeout=120) == 130, (root / "launcher.log").read_text()

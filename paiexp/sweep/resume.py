@@ -79,7 +79,7 @@ class Adopter:
         trial = reopen(jobs.study, frozen)
         if owner is None and set(frozen.params) < set(jobs.distributions):
             trial.set_user_attr(RETRIED, True)  # it never ran: it counts no more
-            jobs.fail(trial, "its launcher died while asking for it, before it had a job")
+            jobs.fail(trial, "its launcher ended while asking for it, before it had a job")
             return None
         name = frozen.user_attrs.get(JOB_NAME) or jobs.job_name(frozen.number)
         trial.set_user_attr(JOB_NAME, name)

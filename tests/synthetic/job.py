@@ -6,13 +6,16 @@ silent ("true" -> never prints the objective), model ("true" -> writes a model f
 the model channel). Every execution appends its hyperparameters
 (PAI_HPS, one line) to the file named by $LEDGER, so tests can count executions and tell
 whose they were (every job's working directory is /ml/usercode, as on PAI). With $GATE
-set, a job ends only once the file it names exists (a test holds jobs running that way).
+set, a job ends only once the file it names exists (a test holds jobs running that way). With
+$GATES set (a directory), each job is held on its own: it makes ID.held there and ends only
+once the test makes ID.open.
 """
 
 import json
 import os
 import sys
 import time
+import uuid
 
 hps = json.loads(os.environ["PAI_HPS"])
 x = float(hps.get("x", 0))
@@ -31,6 +34,12 @@ for step in range(steps):
 gate = os.environ.get("GATE")
 while gate and not os.path.exists(gate):
     time.sleep(0.05)
+gates = os.environ.get("GATES")
+if gates:
+    held = os.path.join(gates, uuid.uuid4().hex)
+    open(held + ".held", "w").close()
+    while not os.path.exists(held + ".open"):
+        time.sleep(0.05)
 
 if hps.get("fail") == "true":
     print("something went wrong", file=sys.stderr)
