@@ -260,12 +260,6 @@ def _tracked_in(cfg: DictConfig, base_dir: Path) -> DictConfig:
     return cfg
 
 
-def _to_object(cfg: DictConfig) -> Config:
-    from paiexp.compose import to_object
-
-    return to_object(cfg)
-
-
 def _validate(composed: Composed) -> None:
     """Every check the command line makes before it submits or tracks anything."""
     if composed.kind == "job":
@@ -332,14 +326,9 @@ def attach_job(name_or_run_id: str, *, tracker_uri: str | None = None, wait: boo
     """The handle of a job started anywhere (by name, or by its MLflow run's id), found
     through its run as ``paiexp attach`` finds it: re-attached, never submitted again.  A
     job still running is followed (its run closed when it ends) in the background."""
-    import json
-
     from paiexp.backends import create_backend
-    from paiexp.compose import from_yaml
-    from paiexp.cost import prices_of
-    from paiexp.runs import follow
-    from paiexp.spec import JobSpec
-    from paiexp.tracking import CONFIG_ARTIFACT, SPEC_ARTIFACT, TERMINAL_RUN_STATUSES
+    from paiexp.runs import follow_again, stored_config
+    from paiexp.tracking import TERMINAL_RUN_STATUSES
 
     tracker = reader(tracker_uri)
     tracked = tracker.get_run(name_or_run_id) if _is_run_id(name_or_run_id) else None
@@ -348,28 +337,16 @@ def attach_job(name_or_run_id: str, *, tracker_uri: str | None = None, wait: boo
         raise UserError(f"attach: no MLflow run in {tracker.uri} tracks a job {name_or_run_id!r}")
     name = tracked.tags["paiexp.job_name"]
     base_dir = Path(tracked.tags["paiexp.project_dir"])
-    stored = _to_object(from_yaml(tracker.load_text(tracked.run_id, CONFIG_ARTIFACT)))
+    stored = stored_config(tracker, tracked.run_id)
     backend = create_backend(stored.backend, base_dir)
     handle = backend.find(name)
     if handle is None:
         raise UserError(f"attach: backend={backend.name} has no job named {name!r}")
     attached = Job(name, tracked.run_id, base_dir, backend, handle, tracker)
     if tracked.status not in TERMINAL_RUN_STATUSES:
-        spec = JobSpec.from_dict(json.loads(tracker.load_text(tracked.run_id, SPEC_ARTIFACT)))
-        logged = tracker.logged_steps(tracked.run_id, [d.name for d in spec.metric_definitions])
 
         def following() -> None:
-            attached.result = follow(
-                backend,
-                handle,
-                spec,
-                tracker,
-                tracked.run_id,
-                base_dir,
-                echo=None,
-                logged=logged,
-                prices=prices_of(stored.backend),
-            )
+            attached.result = follow_again(tracker, tracked, backend, handle, stored, echo=None)
 
         attached.follower = threading.Thread(target=following, daemon=True)
         attached.follower.start()
@@ -491,12 +468,11 @@ class Job:
 
 @user_errors
 def _download(job: Job, channel: str, dest: Path) -> list[Path]:
-    from paiexp.compose import from_yaml
     from paiexp.download import download
-    from paiexp.tracking import CONFIG_ARTIFACT
+    from paiexp.runs import stored_config
 
     uri = job.outputs.get(channel)
     if uri is None:
         raise UserError(f"channel: job {job.name} has no output channel {channel!r}")
-    stored = _to_object(from_yaml(job.tracker.load_text(job.run_id, CONFIG_ARTIFACT)))
+    stored = stored_config(job.tracker, job.run_id)
     return download(uri, dest, stored.backend)

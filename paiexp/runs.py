@@ -178,7 +178,7 @@ def attach(
 
     Returns no result when the run was closed already.
     """
-    from paiexp.tracking import CONFIG_ARTIFACT, SPEC_ARTIFACT, TERMINAL_RUN_STATUSES
+    from paiexp.tracking import TERMINAL_RUN_STATUSES
 
     if not re.fullmatch(r"[\w-]+", job_name):  # it names a file, and is matched in a filter
         raise UserError(
@@ -187,9 +187,8 @@ def attach(
     tracked = tracker.find_run(job_name)
     if tracked is None:
         raise UserError(f"no MLflow run in {tracker.uri} tracks a job named {job_name!r}")
-    base_dir = Path(tracked.tags["paiexp.project_dir"])
-    stored = to_object(from_yaml(tracker.load_text(tracked.run_id, CONFIG_ARTIFACT)))
-    backend = create_backend(stored.backend, base_dir)
+    stored = stored_config(tracker, tracked.run_id)
+    backend = create_backend(stored.backend, Path(tracked.tags["paiexp.project_dir"]))
     handle = backend.find(job_name)
     if handle is None:
         if tracked.status not in TERMINAL_RUN_STATUSES:
@@ -198,16 +197,39 @@ def attach(
     if tracked.status in TERMINAL_RUN_STATUSES:
         say(f"run {tracked.run_id} of job {job_name} is already {tracked.status}")
         return tracked.run_id, None
+    return tracked.run_id, follow_again(tracker, tracked, backend, handle, stored, echo=echo)
+
+
+def stored_config(tracker: Any, run_id: str) -> Config:
+    """The resolved config a job's run was logged with."""
+    from paiexp.tracking import CONFIG_ARTIFACT
+
+    return to_object(from_yaml(tracker.load_text(run_id, CONFIG_ARTIFACT)))
+
+
+def follow_again(
+    tracker: Any,
+    tracked: Any,
+    backend: Backend,
+    handle: JobHandle,
+    stored: Config,
+    *,
+    echo: Echo | None,
+) -> JobResult:
+    """Follow a tracked job found again (``tracked``: its open run) to its end and close its
+    run: its spec as the run logged it, the metric steps logged already not logged twice."""
+    from paiexp.tracking import SPEC_ARTIFACT
+
     spec = JobSpec.from_dict(json.loads(tracker.load_text(tracked.run_id, SPEC_ARTIFACT)))
     names = [definition.name for definition in spec.metric_definitions]
     logged = tracker.logged_steps(tracked.run_id, names)  # flushed by the launcher that died
-    return tracked.run_id, follow(
+    return follow(
         backend,
         handle,
         spec,
         tracker,
         tracked.run_id,
-        base_dir,
+        Path(tracked.tags["paiexp.project_dir"]),
         echo=echo,
         logged=logged,
         prices=prices_of(stored.backend),

@@ -27,6 +27,7 @@ from conftest import (
     all_runs,
     assert_nothing_started,
     clean_env,
+    job_end,
     run_paiexp,
     run_without_heavy_imports,
     wait_until,
@@ -34,7 +35,7 @@ from conftest import (
 from sweep_helpers import load_study, sweep_runs, synthetic_project
 from test_contract_probe import assert_contract_seen, write_probe_project
 
-from paiexp.backends import JobHandle, JobState, JobStatus
+from paiexp.backends import JobHandle, JobState
 from paiexp.backends.docker import JOB_LABEL, ROOT_LABEL, DockerBackend
 from paiexp.config import DockerBackendConfig
 from paiexp.errors import UserError
@@ -88,17 +89,6 @@ def make_backend(tmp_path: Path, image: str, **options: Any) -> DockerBackend:
     return DockerBackend(config, tmp_path)
 
 
-def wait_for(backend: DockerBackend, handle: JobHandle, timeout: float = 60) -> JobStatus:
-    def ended() -> JobStatus | None:
-        status = backend.poll([handle])[handle.id]
-        if status.state.terminal:
-            return status
-        backend.wait([handle], 0.2)
-        return None
-
-    return wait_until(ended, timeout, f"job {handle.name} to end", interval=0)
-
-
 def log_lines(backend: DockerBackend, handle: JobHandle) -> list[str]:
     return backend.read_logs(handle, 0, final=True).lines
 
@@ -113,7 +103,7 @@ def test_ended_containers_are_collected_removed_and_never_created_again(
     backend = make_backend(tmp_path, image)
     spec = JobSpec(name="logs", command="echo one; echo two >&2; sleep 1")
     handle = backend.submit(spec)
-    status = wait_for(backend, handle)
+    status = job_end(backend, handle)
     assert status.state is JobState.SUCCEEDED and status.exit_code == 0
     assert status.ended_at is not None and status.started_at is not None
     assert 0.9 < status.ended_at - status.started_at < 30
@@ -121,7 +111,7 @@ def test_ended_containers_are_collected_removed_and_never_created_again(
     assert containers_of(backend.root) == []  # collected, then removed
     assert backend.submit(spec) == handle  # ended and removed: still never created again
     failing = backend.submit(JobSpec(name="fails", command="echo oops; exit 3"))
-    status = wait_for(backend, failing)
+    status = job_end(backend, failing)
     assert (status.state, status.exit_code) == (JobState.FAILED, 3)
     assert status.reason == "command exited with code 3"
     assert backend.poll([failing])[failing.id] == status  # from the job's directory now
@@ -153,7 +143,7 @@ def test_poll_is_one_engine_call_and_wait_wakes_when_a_container_ends(
     assert time.monotonic() - started < 5
     assert backend.poll(handles)[handles[0].id].state is JobState.SUCCEEDED
     for handle in handles:
-        wait_for(backend, handle)
+        job_end(backend, handle)
     assert containers_of(backend.root) == []
 
 
@@ -170,7 +160,7 @@ def test_stop_is_docker_stop_with_the_grace_period(tmp_path: Path, image: str) -
     started = time.monotonic()
     for handle in handles:
         backend.stop(handle)
-    statuses = [wait_for(backend, handle, timeout=30) for handle in handles]
+    statuses = [job_end(backend, handle, timeout=30) for handle in handles]
     assert [s.state for s in statuses] == [JobState.STOPPED, JobState.STOPPED]
     assert time.monotonic() - started < 10
     assert log_lines(backend, handles[1])[-1] == "got TERM"
@@ -181,7 +171,7 @@ def test_memory_limit_kill_is_reported_as_out_of_memory(tmp_path: Path, image: s
     backend = make_backend(tmp_path, image, memory="64m")
     hog = "echo allocating; python -c 'data = b\"x\" * (512 << 20); print(len(data))'"
     handle = backend.submit(JobSpec(name="hog", command=hog, instance_type="ecs.c6.large"))
-    status = wait_for(backend, handle)
+    status = job_end(backend, handle)
     assert status.state is JobState.FAILED and status.exit_code == 137
     assert status.reason == (
         "killed: out of memory (limit 64 MiB, instance type ecs.c6.large, backend.memory=64m)"
@@ -205,7 +195,7 @@ def test_instance_type_limits_labels_and_kept_containers(
     assert "ecs.g6.xlarge asks for 4 CPUs" in caplog.text
     handles = [backend.submit(spec) for spec in specs]
     for handle in handles:
-        assert wait_for(backend, handle).state is JobState.SUCCEEDED
+        assert job_end(backend, handle).state is JobState.SUCCEEDED
     api = engine().api
     c6, g6 = (api.inspect_container(handle.id) for handle in handles)  # kept
     assert c6["HostConfig"]["NanoCpus"] == 2 * 10**9
@@ -250,16 +240,16 @@ def test_requirements_are_installed_before_the_command_offline(tmp_path: Path, i
         )
     )
     forced = always.submit(JobSpec(name="forced", command="echo ran", source_dir=code))
-    assert wait_for(offline, met).state is JobState.SUCCEEDED
+    assert job_end(offline, met).state is JobState.SUCCEEDED
     assert log_lines(offline, met) == [
         "[paiexp] requirements already satisfied: pandas>=1.5, numpy",
         "ran",
     ]
-    status = wait_for(offline, unmet)
+    status = job_end(offline, unmet)
     assert status.state is JobState.FAILED
     assert status.reason == "installing the job's requirements failed (see log)"
     assert "ran" not in log_lines(offline, unmet)
-    assert wait_for(always, forced).state is JobState.SUCCEEDED  # pip, with no network
+    assert job_end(always, forced).state is JobState.SUCCEEDED  # pip, with no network
     lines = log_lines(always, forced)
     assert lines[0] == "[paiexp] installing requirements: -r requirements.txt"
     assert any(line.startswith("Requirement already satisfied: pandas") for line in lines)
@@ -487,6 +477,6 @@ def test_unknown_instance_type_with_explicit_limits_runs(tmp_path: Path, image: 
     backend = make_backend(tmp_path, image, cpus=1.0, memory="256m")
     spec = JobSpec(name="custom", command="true", instance_type="ecs.custom.tiny")
     backend.validate(spec)
-    assert wait_for(backend, backend.submit(spec)).state is JobState.SUCCEEDED
+    assert job_end(backend, backend.submit(spec)).state is JobState.SUCCEEDED
     with pytest.raises(UserError, match=r"job\.instance_type: unknown instance type"):
         make_backend(tmp_path, image, cpus=1.0).validate(spec)
