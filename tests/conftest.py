@@ -66,18 +66,24 @@ def assert_stays(predicate: Callable[[], object], seconds: float, what: str) -> 
 
 # -- shared platforms: one emulator and one image check per session -----------------------------
 
-BUILD_SCRIPT = REPO / "tests" / "images" / "build.sh"
+IMAGES = REPO / "tests" / "images"
+
+
+def image_tag(repository: str, *scripts: str) -> str:
+    """The tag a build script gives its image: the hash of ``scripts``, in the order it
+    reads them (it changes whenever one of them does)."""
+    digest = hashlib.sha256(b"".join((IMAGES / name).read_bytes() for name in scripts))
+    return f"{repository}:{digest.hexdigest()[:12]}"
 
 
 def docker_image_tag() -> str:
-    """The tag build.sh gives the image: it changes whenever the script does."""
-    return f"paiexp-test/bookworm-xgb:{hashlib.sha256(BUILD_SCRIPT.read_bytes()).hexdigest()[:12]}"
+    """The tag build.sh gives the image."""
+    return image_tag("paiexp-test/bookworm-xgb", "build.sh", "import.sh")
 
 
 def torch_image_tag() -> str:
-    """The tag build-torch.sh gives its image: the hash of both scripts."""
-    scripts = BUILD_SCRIPT.read_bytes() + BUILD_SCRIPT.with_name("build-torch.sh").read_bytes()
-    return f"paiexp-test/bookworm-torch:{hashlib.sha256(scripts).hexdigest()[:12]}"
+    """The tag build-torch.sh gives its image."""
+    return image_tag("paiexp-test/bookworm-torch", "build.sh", "import.sh", "build-torch.sh")
 
 
 @pytest.fixture(scope="session")

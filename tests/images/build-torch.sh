@@ -10,7 +10,8 @@
 set -euo pipefail
 
 here=$(dirname "${BASH_SOURCE[0]}")
-TAG=paiexp-test/bookworm-torch:$(cat "$here/build.sh" "${BASH_SOURCE[0]}" | sha256sum | cut -c1-12)
+TAG=paiexp-test/bookworm-torch:$(cat "$here/build.sh" "$here/import.sh" "${BASH_SOURCE[0]}" | sha256sum | cut -c1-12)
+source "$here/import.sh"
 
 if docker image inspect "$TAG" >/dev/null 2>&1; then
   echo "$TAG"
@@ -29,13 +30,6 @@ fi
 cp /etc/resolv.conf "$rootfs/etc/resolv.conf"
 chroot "$rootfs" apt-get update -q >&2
 chroot "$rootfs" apt-get install -y -q --no-install-recommends python3-torch >&2
-# Small: as build.sh leaves it (no caches, lists, documentation, locales or test suites).
-chroot "$rootfs" apt-get clean
-rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/* "$rootfs"/var/log/* \
-  "$rootfs"/usr/share/doc/* "$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/* \
-  "$rootfs"/usr/share/locale/* "$rootfs"/tmp/* "$rootfs"/etc/resolv.conf
-find "$rootfs"/usr/lib/python3/dist-packages -depth -type d -name tests -exec rm -rf {} +
-tar -C "$rootfs" --numeric-owner -c . \
-  | docker import --change 'ENV LANG=C.UTF-8' --change 'CMD ["python3"]' - "$TAG" >&2
+import_rootfs "$rootfs" "$TAG"
 echo "built $TAG in $((SECONDS - started)) s" >&2
 echo "$TAG"

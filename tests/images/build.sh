@@ -9,7 +9,9 @@ set -euo pipefail
 
 PACKAGES="python-is-python3 python3-pip python3-numpy python3-pandas python3-xgboost"
 SUITE=bookworm
-TAG=paiexp-test/bookworm-xgb:$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-12)
+here=$(dirname "${BASH_SOURCE[0]}")
+TAG=paiexp-test/bookworm-xgb:$(cat "${BASH_SOURCE[0]}" "$here/import.sh" | sha256sum | cut -c1-12)
+source "$here/import.sh"
 
 if docker image inspect "$TAG" >/dev/null 2>&1; then
   echo "$TAG"
@@ -37,13 +39,6 @@ dpkg-deb --build "$stub" "$rootfs/tmp/pythran-stub.deb" >&2
 cp /etc/resolv.conf "$rootfs/etc/resolv.conf"
 chroot "$rootfs" dpkg -i /tmp/pythran-stub.deb >&2
 chroot "$rootfs" apt-get install -y -q --no-install-recommends $PACKAGES >&2
-# Small: no package caches, lists, documentation, locales or test suites.
-chroot "$rootfs" apt-get clean
-rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/* "$rootfs"/var/log/* \
-  "$rootfs"/usr/share/doc/* "$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/* \
-  "$rootfs"/usr/share/locale/* "$rootfs"/tmp/* "$rootfs"/etc/resolv.conf
-find "$rootfs"/usr/lib/python3/dist-packages -depth -type d -name tests -exec rm -rf {} +
-tar -C "$rootfs" --numeric-owner -c . \
-  | docker import --change 'ENV LANG=C.UTF-8' --change 'CMD ["python3"]' - "$TAG" >&2
+import_rootfs "$rootfs" "$TAG"
 echo "built $TAG in $((SECONDS - started)) s" >&2
 echo "$TAG"
