@@ -289,7 +289,7 @@ def test_ctrl_c_stops_the_jobs_and_their_points_wait_to_run_again(tmp_path: Path
     assert all(t.user_attrs["paiexp:attempt"] == 0 for t in trials[2:])  # not a failed attempt
     assert run.outcome.interrupted and run.outcome.stop_reason == "interrupted"
     assert not run.outcome.failed
-    assert run.tracker.sent(FinishParent) == [FinishParent(interrupted=True)]
+    assert [call.interrupted for call in run.tracker.sent(FinishParent)] == [True]
     assert "interrupted: no new trials; stopping running jobs" in run.said
 
 
