@@ -4,18 +4,20 @@ from __future__ import annotations
 
 from importlib import import_module
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from paiexp.backends.base import (
-    Backend,
-    BackendUnavailable,
-    JobHandle,
-    JobRejected,
-    JobState,
-    JobStatus,
-    LogChunk,
-)
 from paiexp.errors import UserError
+
+if TYPE_CHECKING:
+    from paiexp.backends.base import (
+        Backend,
+        BackendUnavailable,
+        JobHandle,
+        JobRejected,
+        JobState,
+        JobStatus,
+        LogChunk,
+    )
 
 __all__ = [
     "Backend",
@@ -27,6 +29,14 @@ __all__ = [
     "LogChunk",
     "create_backend",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The protocol's names, from :mod:`paiexp.backends.base` when first asked for: a job's
+    runner (:mod:`paiexp.backends.local_runner`, started for every job) needs none of them."""
+    if name in __all__:
+        return getattr(import_module("paiexp.backends.base"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def create_backend(config: Any, base_dir: Path) -> Backend:

@@ -73,7 +73,6 @@ class Launcher:
         )
         with interrupts_to(scheduler), self.progress.live(scheduler):
             scheduler.run()
-        tracker.sweep_ended()
         jobs.publish_best()  # the study's best, even if a killed launch lost its last update
         tracker.finish_parent(interrupted=bool(scheduler.interrupts), launcher=self.owner)
         uri = tracker.close()

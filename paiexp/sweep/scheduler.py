@@ -25,6 +25,7 @@ from paiexp.diskfull import DiskFull, nearly_full, says_disk_full
 from paiexp.metrics import MetricPoint
 from paiexp.monitor import JobResult
 from paiexp.spec import JobSpec
+from paiexp.sweep.journal import one_append
 from paiexp.sweep.ownership import trial_id
 from paiexp.sweep.records import PRUNING
 from paiexp.sweep.resume import Adopter
@@ -250,11 +251,12 @@ class Scheduler:
         if pruning is None or flight.pruning or flight.interrupted:
             return
         reported = False
-        for point in points:
-            if point.name == pruning.metric and point.step not in flight.reported:
-                flight.trial.report(pruning.sign * point.value, point.step)
-                flight.reported.add(point.step)
-                reported = True
+        with one_append(self.study):
+            for point in points:
+                if point.name == pruning.metric and point.step not in flight.reported:
+                    flight.trial.report(pruning.sign * point.value, point.step)
+                    flight.reported.add(point.step)
+                    reported = True
         if reported and flight.trial.should_prune():
             flight.pruning = True
             flight.trial.set_user_attr(PRUNING, True)

@@ -56,10 +56,6 @@ class Tracker(ABC):
         """Hand one call on, in order."""
 
     @abstractmethod
-    def sweep_ended(self) -> None:
-        """No trial runs any more: the calls still queued may take the CPU at once."""
-
-    @abstractmethod
     def close(self) -> str | None:
         """Wait until every call is done; returns the tracking URI, if it opened."""
 

@@ -36,10 +36,9 @@ class SweepTracker(Tracker):
         context = multiprocessing.get_context("spawn")
         self._calls: Any = context.Queue()
         self._replies: Any = context.Queue()
-        self._ended: Any = context.Event()
         self._process = context.Process(
             target=serve,
-            args=(setup, self._calls, self._replies, os.getpid(), self._ended),
+            args=(setup, self._calls, self._replies, os.getpid()),
             name="paiexp-tracking",
             daemon=True,
         )
@@ -48,9 +47,6 @@ class SweepTracker(Tracker):
 
     def send(self, call: Call | Close) -> None:
         self._calls.put(call)
-
-    def sweep_ended(self) -> None:
-        self._ended.set()
 
     def take_replies(self, *, block: bool = False) -> None:
         """Take the replies so far; with ``block``, up to :class:`Closed`."""

@@ -1,10 +1,10 @@
 """The tracking process of a sweep: applies the launcher's calls to MLflow, in order.
 
 It dies with the launcher (a crash loses at most queued calls, which the next launch
-reconciles), ignores Ctrl-C (an interrupted sweep still closes its runs), applies each call in
-a gap of the machine's CPU use while trials run (:mod:`paiexp.cpu_gaps`) and at once when the
-sweep has ended, imports what the end-of-sweep plots need while a new trial's job starts up,
-and exits without the interpreter's teardown.  Every MLflow call goes through
+reconciles), ignores Ctrl-C (an interrupted sweep still closes its runs), applies each call as
+it comes (keeping up while trials run leaves the least for after the last one), imports what
+the end-of-sweep plots need while a new trial's job starts up, and exits without the
+interpreter's teardown.  Every MLflow call goes through
 :class:`paiexp.tracking.MlflowTracker`.
 
 A tracking server that stops answering is waited for (:mod:`paiexp.outage`, up to
@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, assert_never
 
 from paiexp.cost import CURRENCY_TAG
-from paiexp.cpu_gaps import Flag, wait_for_gap
 from paiexp.diskfull import DiskFull, disk_full
 from paiexp.metrics import MetricPoint
 from paiexp.monitor import JobMonitor, job_log
@@ -89,9 +88,8 @@ COMPLETE_TRIALS_TAG = "paiexp.complete_trials"
 BEST_JOB_TAG = "paiexp.best_job"
 
 
-def serve(setup: TrackingSetup, calls: Any, replies: Any, launcher_pid: int, ended: Flag) -> None:
-    """The tracking process: applies the launcher's calls in order until :class:`Close`;
-    ``ended``: the sweep submits no more trials (the calls left go at full speed)."""
+def serve(setup: TrackingSetup, calls: Any, replies: Any, launcher_pid: int) -> None:
+    """The tracking process: applies the launcher's calls in order until :class:`Close`."""
     _die_with(launcher_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
     os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"  # retried whole, idempotently, here
@@ -106,7 +104,6 @@ def serve(setup: TrackingSetup, calls: Any, replies: Any, launcher_pid: int, end
             message: Call | Close = calls.get(timeout=idle_wait)
         except queue.Empty:
             warmed = True
-            wait_for_gap(ended)
             with contextlib.suppress(Exception):
                 warm_up()
             continue
@@ -121,7 +118,6 @@ def serve(setup: TrackingSetup, calls: Any, replies: Any, launcher_pid: int, end
         if worker.fatal:
             continue
         between_trials = isinstance(message, StartChild) and worker.finished_children > 0
-        wait_for_gap(ended)  # a job training on every core loses each CPU-second taken
         try:
             created = apply_through_outages(worker, message, outage)
         except Exception as exc:  # tracking must never take the sweep down
