@@ -12,6 +12,23 @@ from sweep_helpers import load_study, sweep_runs
 pytestmark = pytest.mark.slow
 
 
+def study_files(root: Path, run_id: str) -> dict[str, int | None]:
+    """The parent run's study artifacts: the trials table's rows, and each plot (a PNG)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
+    files: dict[str, int | None] = {}
+    for directory in ("study", "plots"):
+        for artifact in client.list_artifacts(run_id, directory):
+            local = Path(client.download_artifacts(run_id, artifact.path, str(root / "dl")))
+            if local.suffix == ".csv":
+                files[artifact.path] = len(local.read_text().splitlines()) - 1
+            else:
+                assert local.read_bytes().startswith(b"\x89PNG"), artifact.path
+                files[artifact.path] = None
+    return files
+
+
 def test_xgb_sweep_runs_continues_and_extends(tmp_path: Path) -> None:
     for name in ("conf", "examples", "sweeps"):
         shutil.copytree(REPO / name, tmp_path / name)
@@ -36,6 +53,11 @@ def test_xgb_sweep_runs_continues_and_extends(tmp_path: Path) -> None:
         assert "max_depth" in child.data.params and "paiexp.model_uri" in child.data.tags
     assert "top trials" in first.stderr and "mlflow ui --backend-store-uri" in first.stderr
     assert "optuna-dashboard" not in first.stderr  # not installed: not suggested
+    assert study_files(tmp_path, parent.info.run_id) == {
+        "study/trials.csv": 6,
+        "plots/optimization_history.png": None,
+        "plots/param_importances.png": None,
+    }
 
     again = run_paiexp(tmp_path, "+sweep=xgb", "sweep.n_trials=6")
     assert again.returncode == 0, again.stderr
@@ -49,5 +71,6 @@ def test_xgb_sweep_runs_continues_and_extends(tmp_path: Path) -> None:
     parents, children = sweep_runs(tmp_path)
     assert len(parents) == 1 and len(children) == 8
     assert parents[0].data.metrics["best_test-auc"] == study.best_value
+    assert study_files(tmp_path, parents[0].info.run_id)["study/trials.csv"] == 8  # drawn again
     # A resumed, seeded sampler proposes new points rather than replaying the first ones.
     assert len({tuple(sorted(t.params.items())) for t in study.trials}) == 8

@@ -23,6 +23,7 @@ from paiexp.sweep.records import HEARTBEAT, OWNER
 from paiexp.sweep.study import create_storage
 from paiexp.sweep.tracking import SweepTracker
 from paiexp.sweep.tracking_messages import (
+    Drawn,
     FinishParent,
     NewParentRun,
     OpenParent,
@@ -284,3 +285,29 @@ def test_a_new_database_is_a_copy_of_mlflows_own_schema(
     default = client.get_experiment("0")
     assert default.artifact_location == str(tmp_path / "mlruns" / "0")
     assert schema(tmp_path / "copied.db") == schema(built)
+
+
+def test_the_launchers_plots_are_logged_unless_trials_ended_since_it_drew_them(
+    tmp_path: Path,
+) -> None:
+    setup = setup_in(tmp_path)
+    study = optuna.load_study(study_name="syn", storage=create_storage(setup.storage))
+    for x in (1.0, 2.0):
+        study.enqueue_trial({"x": x})
+        trial = study.ask({"x": optuna.distributions.FloatDistribution(0, 3)})
+        study.tell(trial, x)
+    drawn_by_launcher = tmp_path / "trials.csv"
+    drawn_by_launcher.write_text("as the launcher drew it\n")
+    client = MlflowClient(tracking_uri=setup.tracker_uri)
+
+    def trials_table(finished: int) -> str:
+        worker = TrackingWorker(setup)
+        worker.apply(open_parent("sweep-1", None))
+        drawn = Drawn((("study", drawn_by_launcher),), finished)
+        worker.apply(FinishParent(interrupted=False, launcher="this-host:1:1:t", drawn=drawn))
+        path = client.download_artifacts(worker.parent_run_id, "study/trials.csv", str(tmp_path))
+        return Path(path).read_text()
+
+    assert trials_table(2) == "as the launcher drew it\n"
+    redrawn = trials_table(1)  # a trial ended after the launcher drew: drawn again here
+    assert redrawn.splitlines()[0].startswith("number,value,") and len(redrawn.splitlines()) == 3

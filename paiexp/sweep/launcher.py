@@ -14,25 +14,34 @@ was re-run counts once, through its retry.
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from paiexp.sweep.budget import TrialBudget
 from paiexp.sweep.opening import PARENT_RUN_ATTR, open_study
 from paiexp.sweep.ownership import launcher_identity
-from paiexp.sweep.parent_run import left_by_launchers_gone, parent_run
+from paiexp.sweep.parent_run import left_by_launchers_gone, parent_run, running_elsewhere
 from paiexp.sweep.prepared import PreparedSweep, SweepOutcome
 from paiexp.sweep.progress import Progress
 from paiexp.sweep.resume import finished_before
 from paiexp.sweep.scheduler import Scheduler
 from paiexp.sweep.tracker_protocol import TrackerFactory
 from paiexp.sweep.tracking import SweepTracker
-from paiexp.sweep.tracking_messages import TrackingSetup
+from paiexp.sweep.tracking_messages import Drawn, TrackingSetup
 from paiexp.sweep.trial_jobs import TrialJobs
+
+if TYPE_CHECKING:
+    from optuna import Study
+
+log = logging.getLogger(__name__)
 
 
 class Launcher:
@@ -74,8 +83,13 @@ class Launcher:
         with interrupts_to(scheduler), self.progress.live(scheduler):
             scheduler.run()
         jobs.publish_best()  # the study's best, even if a killed launch lost its last update
-        tracker.finish_parent(interrupted=bool(scheduler.interrupts), launcher=self.owner)
-        uri = tracker.close()
+        interrupted = bool(scheduler.interrupts)
+        with tempfile.TemporaryDirectory(prefix="paiexp-study-") as directory:
+            # drawn here while the tracking process catches up (the last launcher's draw)
+            last = not interrupted and not running_elsewhere(study, self.owner)
+            drawn = draw(study, Path(directory)) if last else None
+            tracker.finish_parent(interrupted=interrupted, launcher=self.owner, drawn=drawn)
+            uri = tracker.close()
         if tracker.disk_full:  # the last calls found the disk full: the next launch writes them
             raise tracker.disk_full
         jobs.label_runs()  # the runs created last
@@ -90,6 +104,19 @@ class Launcher:
             tracker.registered,
             tracker.best,
         )
+
+
+def draw(study: Study, directory: Path) -> Drawn | None:
+    """The study's trials table and plots, for the parent run; None if they could not be
+    drawn here (the tracking process draws them, or says why it could not)."""
+    from paiexp.sweep.study_artifacts import finished_trials, study_artifacts
+
+    try:
+        finished = finished_trials(study)
+        return Drawn(tuple(study_artifacts(study, directory)), finished)
+    except Exception as exc:  # a plot's bug, a full disk: never the sweep's end
+        log.info("the study's plots were left to the tracking process: %s", exc)
+        return None
 
 
 def tracking_setup(prepared: PreparedSweep) -> TrackingSetup:

@@ -67,6 +67,11 @@ def import_importance() -> None:
         sys.meta_path.remove(refusal)
 
 
+def finished_trials(study: Any) -> int:
+    """How many of the study's trials have ended (the artifacts show them)."""
+    return sum(1 for t in study.get_trials(deepcopy=False) if t.state.is_finished())
+
+
 def study_artifacts(study: Any, directory: Path) -> list[tuple[str, Path]]:
     """(artifact dir, file): every trial as CSV; optimization history and importances as PNG."""
     import optuna

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from paiexp.sweep.tracking_messages import (
     BestRun,
     Call,
+    Drawn,
     FailChild,
     FinishChild,
     FinishedTrial,
@@ -131,8 +132,10 @@ class Tracker(ABC):
     ) -> None:
         self.send(UpdateBest(dict(metrics), step, dict(tags), best_job))
 
-    def finish_parent(self, *, interrupted: bool, launcher: str | None = None) -> None:
-        self.send(FinishParent(interrupted, launcher))
+    def finish_parent(
+        self, *, interrupted: bool, launcher: str | None = None, drawn: Drawn | None = None
+    ) -> None:
+        self.send(FinishParent(interrupted, launcher, drawn))
 
 
 def _warn(text: str) -> None:

@@ -134,14 +134,25 @@ class UpdateBest:
 
 
 @dataclass(frozen=True)
+class Drawn:
+    """The study's trials table and plots as the launcher drew them while the tracking
+    process caught up: (artifact dir, file) pairs, drawn when ``finished`` trials had ended."""
+
+    files: tuple[tuple[str, Path], ...]
+    finished: int
+
+
+@dataclass(frozen=True)
 class FinishParent:
     """The study's plots and trials table on the parent run; then close it.  When another
     launcher than ``launcher`` (its owner string) has a trial running as this call is applied,
     it is left to the last launcher: decided then, not when the call was sent, as another
-    launcher's tracking process may lag behind its trials (None: close in any case)."""
+    launcher's tracking process may lag behind its trials (None: close in any case).
+    ``drawn``: the study's artifacts, drawn again here if trials ended since."""
 
     interrupted: bool
     launcher: str | None = None
+    drawn: Drawn | None = None
 
 
 @dataclass(frozen=True)

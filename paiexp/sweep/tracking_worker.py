@@ -2,10 +2,9 @@
 
 It dies with the launcher (a crash loses at most queued calls, which the next launch
 reconciles), ignores Ctrl-C (an interrupted sweep still closes its runs), applies each call as
-it comes (keeping up while trials run leaves the least for after the last one), imports what
-the end-of-sweep plots need while a new trial's job starts up, and exits without the
-interpreter's teardown.  Every MLflow call goes through
-:class:`paiexp.tracking.MlflowTracker`.
+it comes (keeping up while trials run leaves the least for after the last one), logs the
+plots the launcher drew meanwhile, and exits without the interpreter's teardown.  Every
+MLflow call goes through :class:`paiexp.tracking.MlflowTracker`.
 
 A tracking server that stops answering is waited for (:mod:`paiexp.outage`, up to
 ``tracker.outage_timeout``): the call that failed is tried again, the calls behind it wait
@@ -20,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import queue
 import signal
 import sys
 import tempfile
@@ -41,7 +39,7 @@ from paiexp.sweep.opening import LEADER_ATTR, PARENT_RUN_ATTR
 from paiexp.sweep.parent_run import running_elsewhere
 from paiexp.sweep.records import JOB_NAME
 from paiexp.sweep.spending import SPENT_HOURS, spent
-from paiexp.sweep.study_artifacts import study_artifacts, warm_up
+from paiexp.sweep.study_artifacts import finished_trials, study_artifacts
 from paiexp.sweep.tracking_messages import (
     BestRun,
     Call,
@@ -75,10 +73,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# The plots' imports (most of a CPU-second) wait for the tracking process to be idle this long
-# right after a trial's job started, once an earlier trial finished: the new job is still
-# starting up (one thread: Python and its imports) rather than training on every core.
-IDLE_SECONDS_BEFORE_WARM_UP = 0.1
 # A launcher sharing a study waits this long for the leader's parent run, looking this often.
 PARENT_WAIT_SECONDS = 120.0
 PARENT_POLL_SECONDS = 0.5
@@ -96,17 +90,8 @@ def serve(setup: TrackingSetup, calls: Any, replies: Any, launcher_pid: int) -> 
     quiet_about_full_disks()
     worker = TrackingWorker(setup)
     outage = tracking_outage(setup, lambda text: replies.put(Notice(text)))
-    warmed = False
-    between_trials = False  # a trial's job just started, after an earlier one finished
     while True:
-        idle_wait = IDLE_SECONDS_BEFORE_WARM_UP if between_trials and not warmed else None
-        try:  # import what the end-of-sweep plots need in a gap (never ahead of a call)
-            message: Call | Close = calls.get(timeout=idle_wait)
-        except queue.Empty:
-            warmed = True
-            with contextlib.suppress(Exception):
-                warm_up()
-            continue
+        message: Call | Close = calls.get()
         if isinstance(message, Close):
             if worker.opened:
                 tracker = worker.tracker
@@ -117,7 +102,6 @@ def serve(setup: TrackingSetup, calls: Any, replies: Any, launcher_pid: int) -> 
             _exit(replies)
         if worker.fatal:
             continue
-        between_trials = isinstance(message, StartChild) and worker.finished_children > 0
         try:
             created = apply_through_outages(worker, message, outage)
         except Exception as exc:  # tracking must never take the sweep down
@@ -217,7 +201,6 @@ class TrackingWorker:
         self.parent_run_id = ""
         self.runs: dict[str, str] = {}  # job name -> run id
         self.inherited: set[str] = set()  # job names whose runs existed before this launcher's
-        self.finished_children = 0
         self._best_job: str | None = None
         self.registered: str | None = None  # what sweep.register did
         self._tracker: MlflowTracker | None = None
@@ -273,7 +256,7 @@ class TrackingWorker:
             case UpdateBest():
                 self.update_best(call, at=at)
             case FinishParent():
-                self.finish_parent(interrupted=call.interrupted, launcher=call.launcher)
+                self.finish_parent(call)
             case _:
                 assert_never(call)
         return None
@@ -358,21 +341,29 @@ class TrackingWorker:
             self.tracker.tag_best(self.parent_run_id, best_run_id)
             self._best_job = best_job
 
-    def finish_parent(self, *, interrupted: bool, launcher: str | None) -> None:
-        """Plots and the trials table as artifacts; then close the parent run.
+    def finish_parent(self, call: FinishParent) -> None:
+        """Plots and the trials table as artifacts (the launcher's, unless trials ended since
+        it drew them); then close the parent run.
 
         An interrupted launch closes it KILLED at once; the next full launch draws the plots.
-        While a trial of another launcher than ``launcher`` runs, the last launcher does it all.
+        While a trial of another launcher than ``call.launcher`` runs, the last launcher does
+        it all.
         """
-        if launcher is not None and running_elsewhere(self.study, launcher):
+        if call.launcher is not None and running_elsewhere(self.study, call.launcher):
             return
         self.log_totals()
-        if not interrupted:
+        if not call.interrupted:
             with tempfile.TemporaryDirectory() as directory:
-                for artifact_dir, path in study_artifacts(self.study, Path(directory)):
+                drawn = call.drawn
+                if drawn is not None and drawn.finished == finished_trials(self.study):
+                    artifacts = list(drawn.files)
+                else:
+                    artifacts = study_artifacts(self.study, Path(directory))
+                for artifact_dir, path in artifacts:
                     self.tracker.log_artifact(self.parent_run_id, path, artifact_dir)
             if self.setup.register:
                 self.register_best(self.setup.register)
+        interrupted = call.interrupted
         status = "KILLED" if interrupted else "FINISHED" if self.any_complete() else "FAILED"
         self.tracker.terminate(self.parent_run_id, status)
 
@@ -480,7 +471,6 @@ class TrackingWorker:
                 logged_at=at,
                 resumed=retried or call.job_name in self.inherited,
             )
-        self.finished_children += 1
 
     def reconcile(self, trials: Iterable[FinishedTrial], *, at: float) -> None:
         """Give each trial that had finished before this launch a closed run: a crash may
