@@ -64,9 +64,29 @@ PROBE = textwrap.dedent(
         "numpy_random": float(numpy.random.rand()),
     }
     print(json.dumps(seen), flush=True)
+
+    # How it exits: other threads are waited for, then atexit runs (a file: not the log).
+    import atexit, concurrent.futures, threading
+    def note(line):
+        with open("exits.txt", "a") as stream:
+            stream.write(line + "\\n")
+    last = threading.Event()
+    def late_thread():
+        last.wait()
+        note("thread done")
+    threading.Thread(target=late_thread).start()
+    try:
+        pool = concurrent.futures.ThreadPoolExecutor(1)  # an idle worker, joined as Python does
+        pool.submit(note, "pool job done").result()
+        atexit.register(note, "atexit ran")
+    finally:
+        last.set()
+
     end = os.environ.get("PROBE_END", "")
     if end == "exit3":
         sys.exit(3)
+    if end == "exit_message":
+        sys.exit("the probe says bye")
     if end == "raise":
         raise RuntimeError("the probe failed on purpose")
     if end == "sigterm":
@@ -106,7 +126,10 @@ def probe_spec(code: Path, name: str = "probe", end: str = "") -> JobSpec:
         command="python probe.py --seed 7 $PAI_USER_ARGS 'two words' *.py",
         source_dir=str(code),
         hyperparameters={"epochs": "10", "note": "it's quoted"},
-        environments={"PROBE_END": end, "PROBE_CUSTOM": "custom value"},
+        environments={
+            "PROBE_END": end,
+            "PROBE_CUSTOM": "custom value",
+        },
     )
 
 
@@ -146,14 +169,27 @@ def test_a_probe_sees_the_same_process_warm_and_cold(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("end", "exit_code"), [("exit3", 3), ("raise", 1), ("sigterm", 128 + signal.SIGTERM)]
+    ("end", "exit_code"),
+    [("", 0), ("exit3", 3), ("exit_message", 1), ("raise", 1), ("sigterm", 128 + signal.SIGTERM)],
 )
 def test_a_warm_job_ends_as_a_cold_one(tmp_path: Path, end: str, exit_code: int) -> None:
     (warm_status, warm_log), (cold_status, cold_log) = warm_and_cold(tmp_path, end)
-    assert warm_status.state is cold_status.state is JobState.FAILED
+    assert warm_status.state is cold_status.state
+    assert warm_status.state is (JobState.SUCCEEDED if exit_code == 0 else JobState.FAILED)
     assert warm_status.exit_code == cold_status.exit_code == exit_code
     assert warm_status.reason == cold_status.reason
     assert warm_log[1:] == cold_log[1:]  # a traceback from the script's own frame down
+    exits = {
+        mode: (tmp_path / mode / "jobs" / "probe" / "ml" / "usercode" / "exits.txt")
+        .read_text()
+        .splitlines()
+        for mode in ("warm", "cold")
+    }
+    assert exits["warm"] == exits["cold"]
+    killed = end == "sigterm"  # a signal ends it where it is
+    assert exits["cold"] == ["pool job done", *([] if killed else ["thread done", "atexit ran"])]
+    if end == "exit_message":
+        assert cold_log[-1] == "the probe says bye"
     if end == "raise":
         assert cold_log[1] == "Traceback (most recent call last):"
         assert cold_log[-1] == "RuntimeError: the probe failed on purpose"
