@@ -1033,10 +1033,10 @@ class PaiServer:
             if timer:
                 timer.cancel()
 
-    def _execute_in_container(
-        self, job: _Job, engine: ContainerEngine
-    ) -> tuple[str, str | None, str | None]:
-        """One container: its entry script installs the requirements, then runs the command."""
+    @staticmethod
+    def _write_entry(job: _Job) -> Path:
+        """The job's ``runtime`` directory, holding the entry script its containers run: it
+        installs the requirements, then runs the command."""
         request = job.request
         runtime = job.dir / "runtime"
         runtime.mkdir(exist_ok=True)
@@ -1047,6 +1047,13 @@ class PaiServer:
                 request["AlgorithmSpec"]["Command"],
             )
         )
+        return runtime
+
+    def _execute_in_container(
+        self, job: _Job, engine: ContainerEngine
+    ) -> tuple[str, str | None, str | None]:
+        """One container: its entry script installs the requirements, then runs the command."""
+        runtime = self._write_entry(job)
         env = self._environment(job, contract.JobLayout())
         image = self._local_image(job)
         assert image is not None  # checked before the job ran
@@ -1077,15 +1084,7 @@ class PaiServer:
                 )
                 for name in names
             ]
-        runtime = job.dir / "runtime"
-        runtime.mkdir(exist_ok=True)
-        (runtime / "entry.sh").write_text(
-            entry_script(
-                list(request.get("PythonRequirements") or []),
-                (job.ml / "usercode" / "requirements.txt").is_file(),
-                request["AlgorithmSpec"]["Command"],
-            )
-        )
+        runtime = self._write_entry(job)
         image = self._local_image(job)
         assert image is not None  # checked before the job ran
         hosts = [instance.name for instance in job.instances]
