@@ -25,7 +25,6 @@ from paiexp.diskfull import DiskFull, nearly_full, says_disk_full
 from paiexp.metrics import MetricPoint
 from paiexp.monitor import JobResult
 from paiexp.spec import JobSpec
-from paiexp.sweep.journal import one_append
 from paiexp.sweep.ownership import trial_id
 from paiexp.sweep.records import PRUNING
 from paiexp.sweep.resume import Adopter
@@ -250,6 +249,8 @@ class Scheduler:
         pruning = self.pruning
         if pruning is None or flight.pruning or flight.interrupted:
             return
+        from paiexp.sweep.journal import one_append  # Optuna's: not for a sweep refused early
+
         reported = False
         with one_append(self.study):
             for point in points:
