@@ -363,8 +363,8 @@ class TrackingWorker:
                     self.tracker.log_artifact(self.parent_run_id, path, artifact_dir)
             if self.setup.register:
                 self.register_best(self.setup.register)
-        interrupted = call.interrupted
-        status = "KILLED" if interrupted else "FINISHED" if self.any_complete() else "FAILED"
+        complete = "FINISHED" if self.any_complete() else "FAILED"
+        status = "KILLED" if call.interrupted else complete
         self.tracker.terminate(self.parent_run_id, status)
 
     def log_totals(self) -> None:
