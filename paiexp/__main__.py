@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-
-from paiexp.cli import main
+from paiexp.cli import entry
 
 if __name__ == "__main__":  # not when multiprocessing's spawn imports this module
-    sys.exit(main())
+    entry()

@@ -31,6 +31,7 @@ from paiexp.backends.base import BackendUnavailable
 from paiexp.diskfull import DiskFull, disk_full, record_details
 from paiexp.errors import UserError
 from paiexp.outage import OutageTooLong
+from paiexp.quick_exit import exit_as_python
 from paiexp.terminal import show_on_stderr
 
 if TYPE_CHECKING:
@@ -47,6 +48,16 @@ EXIT_JOB_FAILED = 1
 EXIT_INTERRUPTED = 130
 # What --info prints (Hydra's choices but plugins: paiexp runs no Hydra plugins).
 INFO_CHOICES = ("all", "config", "defaults", "defaults-tree", "searchpath")
+
+
+def entry() -> NoReturn:
+    """The ``paiexp`` command and ``python -m paiexp``: :func:`main`, then Python's exit
+    without the teardown of every module it imported (:mod:`paiexp.quick_exit`)."""
+    try:
+        code: object = main()
+    except SystemExit as exc:  # argparse's usage errors and --help
+        code = exc.code
+    exit_as_python(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,7 +19,6 @@ Standard library only.
 
 from __future__ import annotations
 
-import atexit
 import builtins
 import contextlib
 import ctypes
@@ -34,7 +33,9 @@ import socket
 import struct
 import sys
 import types
-from typing import Any, NoReturn
+from typing import Any
+
+from paiexp.quick_exit import exit_as_python
 
 MAX_DESCRIPTORS = 3  # the job's log, then the runner's user and mount namespaces (if its own)
 ORDER_BYTES = 1 << 20  # an order's JSON: argv, environment, working directory
@@ -196,29 +197,6 @@ def run_job(order: dict[str, Any], descriptors: list[int]) -> None:
         signal.signal(number, signal.SIG_DFL)
     reseed()
     run_script(order["argv"], order["executable"])
-
-
-def exit_as_python(code: object) -> NoReturn:
-    """End the job as the interpreter's own exit would for ``sys.exit(code)``: its other
-    (non-daemon) threads joined, ``atexit`` functions run, a code that is not a number
-    printed, standard streams flushed (120 if that fails); then leave at once."""
-    threading = sys.modules.get("threading")
-    if threading is not None:  # what the interpreter calls first as it exits: the functions
-        threading._shutdown()  # threading._register_atexit took, then joins the threads
-    atexit._run_exitfuncs()
-    if code is None:
-        status = 0
-    elif isinstance(code, int):
-        status = code
-    else:
-        print(code, file=sys.stderr)
-        status = 1
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:
-            status = 120
-    os._exit(status & 0xFF)
 
 
 def join_namespace(descriptor: int) -> None:
