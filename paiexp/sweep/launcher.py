@@ -62,12 +62,16 @@ class Launcher:
     def run(self) -> SweepOutcome:
         prepared = self.prepared
         prepared.backend.set_concurrency(prepared.sweep.parallelism)
-        # may still reject the sweep: before anything is tracked
-        opened = open_study(prepared, self.owner, self.progress.say)
-        self.progress.say(prepared.projection.line())  # every check made: it will launch
-        study, sweep = opened.study, opened.sweep_id
+        # the tracking process starts as the study opens: its MLflow loads meanwhile
         tracker = self.tracker_factory(tracking_setup(prepared))
         tracker.notify = self.progress.say
+        try:  # may still reject the sweep: before anything is tracked
+            opened = open_study(prepared, self.owner, self.progress.say)
+        except BaseException:
+            tracker.close()  # it tracked nothing: it ends without opening MLflow
+            raise
+        self.progress.say(prepared.projection.line())  # every check made: it will launch
+        study, sweep = opened.study, opened.sweep_id
         parent = parent_run(prepared, prepared.backend.name)
         # MLflow opens in the tracking process while trials run
         known_run = study.user_attrs.get(PARENT_RUN_ATTR)

@@ -13,7 +13,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from paiexp.config import Direction
 from paiexp.errors import UserError
 from paiexp.metrics import MetricDefinition
 from paiexp.redact import redact_url
@@ -58,6 +57,8 @@ class PruningSignal:
 
 
 def parse_objectives(value: Any, definitions: tuple[MetricDefinition, ...]) -> list[Objective]:
+    from paiexp.config import Direction  # with OmegaConf: not for the tracking process
+
     items = value if isinstance(value, list | tuple) else [value]
     if not items:
         raise UserError("sweep.objective: give {metric, direction} or a list of them")
