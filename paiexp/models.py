@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import re
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,29 +33,23 @@ def log_external_model(client: Any, experiment_id: str, run_id: str, model_uri: 
 
     Each step is done only if it is not done yet, the link to the run last: called again
     after it was cut short (the tracking server went away), it finishes that model."""
-    from mlflow.entities import LoggedModelOutput, LoggedModelStatus, Metric
-    from mlflow.models.model import MLMODEL_FILE_NAME
-    from mlflow.models.utils import get_external_mlflow_model_spec
-    from mlflow.utils.mlflow_tags import MLFLOW_MODEL_IS_EXTERNAL
+    from mlflow.entities import LoggedModelOutput, Metric
 
     run = client.get_run(run_id)
     model = _run_model(client, experiment_id, run_id)
     if model is None:
-        model = client.create_logged_model(
+        model = new_external_model(
+            client,
             experiment_id,
+            run_id,
             name=run.data.tags.get("paiexp.job_name") or run.info.run_name,
-            source_run_id=run_id,
-            tags={MLFLOW_MODEL_IS_EXTERNAL: "true", MODEL_URI_TAG: model_uri},
-            params={k: v for k, v in run.data.params.items() if k != MODEL_URI_TAG},
+            model_uri=model_uri,
+            params=run.data.params,
         )
     linked = {output.model_id for output in run.outputs.model_outputs} if run.outputs else set()
     if model.model_id in linked:
         return str(model.model_id)
-    if model.status != LoggedModelStatus.READY:
-        with tempfile.TemporaryDirectory() as directory:
-            get_external_mlflow_model_spec(model).save(f"{directory}/{MLMODEL_FILE_NAME}")
-            client.log_model_artifacts(model.model_id, directory)
-        client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
+    _make_ready(client, model)
     final = [
         Metric(m.key, m.value, m.timestamp, m.step, model_id=model.model_id, run_id=run_id)
         for m in run.data._metric_objs
@@ -63,6 +58,76 @@ def log_external_model(client: Any, experiment_id: str, run_id: str, model_uri: 
         client.log_batch(run_id, metrics=final)
     client.log_outputs(run_id, [LoggedModelOutput(model.model_id, step=0)])
     return str(model.model_id)
+
+
+def new_external_model(
+    client: Any,
+    experiment_id: str,
+    run_id: str,
+    *,
+    name: str,
+    model_uri: str,
+    params: Mapping[str, str],
+) -> Any:
+    """A new logged model of ``run_id`` kept at ``model_uri``, with the run's ``params``."""
+    from mlflow.utils.mlflow_tags import MLFLOW_MODEL_IS_EXTERNAL
+
+    return client.create_logged_model(
+        experiment_id,
+        name=name,
+        source_run_id=run_id,
+        tags={MLFLOW_MODEL_IS_EXTERNAL: "true", MODEL_URI_TAG: model_uri},
+        params={k: v for k, v in params.items() if k != MODEL_URI_TAG},
+    )
+
+
+def link_final_metrics(metrics: list[Any], model_id: str, run_id: str) -> list[Any] | None:
+    """``metrics``, every point of a run that held none, with each name's last point linked to
+    the model: the point MLflow keeps as the run's metric (the greatest step, then timestamp,
+    then value), as :func:`log_external_model` links them.  None if a value is not finite
+    (MLflow stores those changed, so which is last is its to say)."""
+    from mlflow.entities import Metric
+
+    if not all(math.isfinite(m.value) for m in metrics):
+        return None
+    last: dict[str, Any] = {}
+    for metric in metrics:
+        held = last.get(metric.key)
+        if held is None or (metric.step, metric.timestamp, metric.value) > (
+            held.step,
+            held.timestamp,
+            held.value,
+        ):
+            last[metric.key] = metric
+    final = {id(m) for m in last.values()}
+    return [
+        Metric(m.key, m.value, m.timestamp, m.step, model_id=model_id, run_id=run_id)
+        if id(m) in final
+        else m
+        for m in metrics
+    ]
+
+
+def complete_external_model(client: Any, model: Any, run_id: str) -> None:
+    """A new logged model's MLmodel stub and READY status, then its link to the run."""
+    from mlflow.entities import LoggedModelOutput
+
+    _make_ready(client, model)
+    client.log_outputs(run_id, [LoggedModelOutput(model.model_id, step=0)])
+
+
+def _make_ready(client: Any, model: Any) -> None:
+    """The MLmodel stub of an external model, and its status READY (unless it is)."""
+    from mlflow.entities import LoggedModelStatus
+    from mlflow.models.model import MLMODEL_FILE_NAME
+    from mlflow.models.utils import get_external_mlflow_model_spec
+
+    if model.status == LoggedModelStatus.READY:
+        return
+    with tempfile.TemporaryDirectory() as directory:
+        get_external_mlflow_model_spec(model).save(f"{directory}/{MLMODEL_FILE_NAME}")
+        client.log_model_artifacts(model.model_id, directory)
+    client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
 
 
 def run_model(client: Any, experiment_id: str, run_id: str) -> str | None:

@@ -24,7 +24,12 @@ from paiexp.backends.base import JobState
 from paiexp.cost import CURRENCY_TAG
 from paiexp.errors import UserError
 from paiexp.metrics import MetricPoint
-from paiexp.models import MODEL_URI_TAG
+from paiexp.models import (
+    MODEL_URI_TAG,
+    complete_external_model,
+    link_final_metrics,
+    new_external_model,
+)
 from paiexp.record import RunRecord
 from paiexp.redact import redact_url
 from paiexp.sqlite_store import copy_template, create_sqlite_database, new_sqlite_path
@@ -294,23 +299,24 @@ class MlflowTracker:
 
         The three artifacts go in one upload of a directory (what ``log_text`` and ``log_dict``
         would write, byte for byte), not one temporary directory and upload each."""
-        import json
+        self._client.log_batch(run_id, params=_params(record.params()))
+        self._upload(run_id, _record_files(record))
+        self.log_datasets(run_id, record)
+
+    def _upload(self, run_id: str, files: Mapping[str, str | Path]) -> None:
+        """Files as the run's artifacts, in one upload: artifact path -> its text, or the
+        file to upload (linked, not copied, into the directory uploaded)."""
         import tempfile
 
-        self._client.log_batch(run_id, params=_params(record.params()))
-        hyperparameters = json.dumps(record.spec.hyperparameters, indent=2, default=str)
-        files = {
-            CONFIG_ARTIFACT: record.config_yaml,
-            SPEC_ARTIFACT: record.spec_json(),
-            HYPERPARAMETERS_ARTIFACT: hyperparameters,
-        }
         with tempfile.TemporaryDirectory() as directory:
-            for name, text in files.items():
+            for name, content in files.items():
                 path = Path(directory, name)
-                path.parent.mkdir(exist_ok=True)
-                path.write_text(text, encoding="utf-8")
+                path.parent.mkdir(parents=True, exist_ok=True)
+                if isinstance(content, Path):
+                    path.symlink_to(content.resolve())
+                else:
+                    path.write_text(content, encoding="utf-8")
             self._client.log_artifacts(run_id, directory)
-        self.log_datasets(run_id, record)
 
     def log_datasets(self, run_id: str, record: RunRecord) -> None:
         """A run's input channels as its MLflow dataset inputs (see :mod:`paiexp.datasets`)."""
@@ -318,7 +324,8 @@ class MlflowTracker:
 
         from paiexp.datasets import dataset_inputs
 
-        backend = (yaml.safe_load(record.config_yaml) or {}).get("backend") or {}
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, where it is built
+        backend = (yaml.load(record.config_yaml, Loader=loader) or {}).get("backend") or {}
         datasets = dataset_inputs(record.spec.inputs, backend)
         if datasets:
             self._client.log_inputs(run_id, datasets=datasets)
@@ -382,6 +389,8 @@ class MlflowTracker:
         extra_tags: Mapping[str, str] | None = None,
         logged_at: float | None = None,
         resumed: bool = False,
+        record: RunRecord | None = None,
+        log_record: bool = False,
     ) -> None:
         """Log what a finished job left (metrics, outputs, log) and close the run.
 
@@ -391,6 +400,12 @@ class MlflowTracker:
         try, or a launcher that is gone, may have written part of this already; a metric
         step the run holds is not logged again (MLflow would keep a second point at another
         time), and everything else written here is safe to repeat.
+
+        ``record``: the run's record, when this tracker made the run and it holds nothing else
+        yet: its model is then made from it, and its final metrics linked to the model in the
+        same batch, without reading the run back.  ``log_record``: the record is not logged
+        yet (the job ended before its run was made): its params, files and datasets go with
+        the rest, in the same batch and upload.
         """
         from mlflow.entities import Metric
 
@@ -424,14 +439,45 @@ class MlflowTracker:
                 f"{name}: log {log_value:g}, platform {platform_value:g}"
                 for name, (log_value, platform_value) in sorted(result.mismatches.items())
             )
-        params = _params({"paiexp.model_uri": result.model_uri} if result.model_uri else {})
-        self._client.log_batch(run_id, metrics=metrics, params=params, tags=_tags(tags))
-        if result.log_path is not None and result.log_path.exists():
-            self.log_artifact(run_id, result.log_path, "logs")
+        params = {"paiexp.model_uri": result.model_uri} if result.model_uri else {}
+        files: dict[str, str | Path] = {}
+        if record is not None and log_record:
+            params = {**record.params(), **params}
+            files.update(_record_files(record))
+        model_uri = result.model_uri if status == "FINISHED" and not result.model_empty else None
+        model = None
+        if model_uri and record is not None and not resumed:
+            model = self._new_model(run_id, record, model_uri)
+            linked = link_final_metrics(metrics, model.model_id, run_id)
+            if linked is None:  # the model's metrics are then linked as a run's are
+                model = None
+            else:
+                metrics = linked
+        self._client.log_batch(run_id, metrics=metrics, params=_params(params), tags=_tags(tags))
+        log = result.log_path if result.log_path is not None and result.log_path.exists() else None
+        if files:
+            self._upload(run_id, {**files, **({f"logs/{log.name}": log} if log else {})})
+        elif log is not None:
+            self.log_artifact(run_id, log, "logs")
+        if record is not None and log_record:
+            self.log_datasets(run_id, record)
         self.log_instance_logs(run_id, result)
-        if result.model_uri and status == "FINISHED" and not result.model_empty:
-            self.log_model(run_id, result.model_uri)
+        if model is not None:
+            complete_external_model(self._client, model, run_id)
+        elif model_uri:
+            self.log_model(run_id, model_uri)
         self.terminate(run_id, status)
+
+    def _new_model(self, run_id: str, record: RunRecord, model_uri: str) -> Any:
+        """A new logged model of a run this tracker made, from the run's record."""
+        return new_external_model(
+            self._client,
+            self.experiment_id,
+            run_id,
+            name=record.spec.name,
+            model_uri=model_uri,
+            params=record.params(),
+        )
 
     def run_model(self, run_id: str) -> str | None:
         """The id of the logged model ``run_id`` produced, if any."""
@@ -613,6 +659,18 @@ def _sweep_filter(sweep_id: str) -> str:
 
 def _child_filter(parent_run_id: str, job_name: str) -> str:
     return f"tags.`{PARENT_RUN_TAG}` = '{parent_run_id}' and tags.`{JOB_NAME_TAG}` = '{job_name}'"
+
+
+def _record_files(record: RunRecord) -> dict[str, str | Path]:
+    """A run's config artifacts: the resolved config, the spec, the hyperparameters."""
+    import json
+
+    hyperparameters = json.dumps(record.spec.hyperparameters, indent=2, default=str)
+    return {
+        CONFIG_ARTIFACT: record.config_yaml,
+        SPEC_ARTIFACT: record.spec_json(),
+        HYPERPARAMETERS_ARTIFACT: hyperparameters,
+    }
 
 
 def _params(values: Mapping[str, str]) -> list[Any]:

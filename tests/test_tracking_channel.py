@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import queue
 import sqlite3
 import threading
 import time
@@ -13,6 +14,9 @@ import pytest
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
+from paiexp.backends.base import JobHandle, JobState, JobStatus
+from paiexp.metrics import MetricPoint
+from paiexp.monitor import JobResult
 from paiexp.record import make_record
 from paiexp.spec import JobSpec
 from paiexp.sqlite_store import create_sqlite_database, template_path
@@ -23,16 +27,20 @@ from paiexp.sweep.records import HEARTBEAT, OWNER
 from paiexp.sweep.study import create_storage
 from paiexp.sweep.tracking import SweepTracker
 from paiexp.sweep.tracking_messages import (
+    Close,
     Drawn,
+    FinishChild,
     FinishParent,
     NewParentRun,
     OpenParent,
     RunCreated,
+    StartAndFinishChild,
     StartChild,
     TrackingSetup,
     TrialRecord,
     UpdateBest,
 )
+from paiexp.sweep.tracking_queue import CallQueue
 from paiexp.sweep.tracking_worker import TrackingWorker
 from paiexp.tracking import MAX_TAG_CHARS, PARAM_MAX_CHARS, MlflowTracker
 
@@ -311,3 +319,148 @@ def test_the_launchers_plots_are_logged_unless_trials_ended_since_it_drew_them(
     assert trials_table(2) == "as the launcher drew it\n"
     redrawn = trials_table(1)  # a trial ended after the launcher drew: drawn again here
     assert redrawn.splitlines()[0].startswith("number,value,") and len(redrawn.splitlines()) == 3
+
+
+def finish_child(job_name: str, root: Path, *, nan: bool = False) -> FinishChild:
+    """What a trial's job left: a metric series, a final metric, a model and a log."""
+    model_dir = root / f"{job_name}-model"
+    model_dir.mkdir()
+    (model_dir / "model.json").write_text("{}")
+    log = root / f"{job_name}.log"
+    log.write_text("loss=0.5\nloss=0.25\n")
+    series = [
+        MetricPoint("loss", v, step, 1_700_000_000.0 + step) for step, v in enumerate([0.5, 0.25])
+    ]
+    if nan:
+        series.append(MetricPoint("loss", float("nan"), 2, 1_700_000_002.0))
+    result = JobResult(
+        handle=JobHandle(job_name, job_name),
+        status=JobStatus(JobState.SUCCEEDED),
+        metrics={"loss": series[-1].value},
+        series={"loss": series},
+        output_parameters={"auc": 0.75},
+        outputs={"model": model_dir.as_uri()},
+        log_path=log,
+    )
+    return FinishChild(
+        job_name, result, tuple(series), "FINISHED", None, {"paiexp.trial_state": "COMPLETE"}
+    )
+
+
+def run_content(client: MlflowClient, run_id: str, root: Path) -> dict[str, object]:
+    """A run as a user reads it, its names and ids aside: params, tags, metric histories,
+    artifacts (with their bytes), dataset inputs, and its logged model with its metrics."""
+    run = client.get_run(run_id)
+    job = run.data.tags["paiexp.job_name"]
+    ids = {job: "JOB", run_id: "RUN", run.info.run_name: "NAME"}
+
+    def same(text: str) -> str:
+        for old, new in ids.items():
+            text = text.replace(old, new)
+        return text
+
+    artifacts = {}
+    pending = [""]
+    while pending:
+        for item in client.list_artifacts(run_id, pending.pop() or None):
+            if item.is_dir:
+                pending.append(item.path)
+            else:
+                local = Path(client.download_artifacts(run_id, item.path, str(root / "dl")))
+                artifacts[same(item.path)] = same(local.read_text())
+    (model,) = client.search_logged_models(
+        [run.info.experiment_id], filter_string=f"source_run_id = '{run_id}'"
+    )
+    histories = {
+        k: [(m.step, repr(m.value)) for m in client.get_metric_history(run_id, k)]
+        for k in run.data.metrics
+    }
+    return {
+        "status": run.info.status,
+        "params": {k: same(v) for k, v in run.data.params.items()},
+        "tags": {k: same(v) for k, v in run.data.tags.items() if k != "mlflow.runName"},
+        "metrics": {k: repr(v) for k, v in run.data.metrics.items()},  # nan != nan
+        "histories": {k: sorted(v, key=str) for k, v in histories.items()},
+        "artifacts": artifacts,
+        "datasets": [(d.dataset.name, d.dataset.source) for d in run.inputs.dataset_inputs],
+        "outputs": [o.model_id == model.model_id for o in run.outputs.model_outputs],
+        "model": (
+            same(model.name),
+            model.status.name,
+            model.params,
+            {k: same(v) for k, v in model.tags.items()},
+            sorted((m.key, m.step, repr(m.value), m.run_id == run_id) for m in model.metrics or []),
+        ),
+    }
+
+
+@pytest.mark.parametrize("nan", [False, True], ids=["finite", "a-nan-point"])
+def test_a_start_and_finish_joined_make_the_same_run_as_apart(tmp_path: Path, nan: bool) -> None:
+    setup = setup_in(tmp_path)
+    worker = TrackingWorker(setup)
+    worker.apply(open_parent("sweep-1", None))
+    data = tmp_path / "data.csv"
+    data.write_text("x\n1\n")
+
+    def start(job: str) -> StartChild:
+        call = start_child(job, 7)
+        return dataclasses.replace(
+            call,
+            record=TrialRecord(
+                dataclasses.replace(call.record.spec, inputs={"train": str(data)}), call.record.data
+            ),
+        )
+
+    worker.apply(start("two-calls"))
+    worker.apply(finish_child("two-calls", tmp_path, nan=nan))
+    finish = finish_child("one-call", tmp_path, nan=nan)
+    joined = worker.apply(StartAndFinishChild(start("one-call"), finish))
+    assert joined == RunCreated("one-call", worker.runs["one-call"])
+
+    client = MlflowClient(tracking_uri=setup.tracker_uri)
+    apart = run_content(client, worker.runs["two-calls"], tmp_path)
+    assert apart["status"] == "FINISHED" and apart["outputs"] == [True]
+    assert apart["datasets"] == [("train", data.as_uri())]
+    assert {"config/resolved.yaml", "job/spec.json", "logs/JOB.log"} <= set(apart["artifacts"])
+    assert run_content(client, worker.runs["one-call"], tmp_path) == apart
+
+
+def test_the_queue_joins_a_trials_start_with_its_waiting_finish_only() -> None:
+    calls: queue.Queue[object] = queue.Queue()
+    root = Path("/nonexistent")
+    result = JobResult(JobHandle("x", "x"), JobStatus(JobState.SUCCEEDED), {}, {})
+
+    def finish(job: str) -> FinishChild:
+        return FinishChild(
+            job, dataclasses.replace(result, log_path=root), (), "FINISHED", None, {}
+        )
+
+    best = UpdateBest({"best": 1.0}, 1, {}, "a")
+    adopted = start_child("c", 2, adopted=True)
+    shared = dataclasses.replace(start_child("d", 3), shared=True)
+    sent = [
+        start_child("a", 0),
+        start_child("b", 1),
+        finish("a"),
+        best,
+        adopted,
+        finish("c"),
+        shared,
+        finish("d"),
+    ]
+    for call in sent:
+        calls.put(call)
+    queued = CallQueue(calls)
+    taken = [queued.take() for _ in range(len(sent) - 1)]
+    assert taken == [
+        StartAndFinishChild(sent[0], sent[2]),  # a's finish waited: joined in a's start's place
+        sent[1],  # b's has not come
+        best,
+        adopted,  # an adopted trial's run may exist: never joined
+        sent[5],
+        shared,  # another launcher may adopt it: never joined
+        sent[7],
+    ]
+    calls.put(finish("b"))
+    calls.put(Close())
+    assert [queued.take(), queued.take()] == [finish("b"), Close()]

@@ -54,12 +54,14 @@ from paiexp.sweep.tracking_messages import (
     OpenParent,
     Reconcile,
     RunCreated,
+    StartAndFinishChild,
     StartChild,
     TrackingSetup,
     TrialRecord,
     UpdateBest,
     call_name,
 )
+from paiexp.sweep.tracking_queue import CallQueue
 from paiexp.tracking import (
     BEST_MODEL_TAG,
     BEST_RUN_TAG,
@@ -90,8 +92,9 @@ def serve(setup: TrackingSetup, calls: Any, replies: Any, launcher_pid: int) -> 
     quiet_about_full_disks()
     worker = TrackingWorker(setup)
     outage = tracking_outage(setup, lambda text: replies.put(Notice(text)))
+    queued = CallQueue(calls)
     while True:
-        message: Call | Close = calls.get()
+        message = queued.take()
         if isinstance(message, Close):
             if worker.opened:
                 tracker = worker.tracker
@@ -201,6 +204,7 @@ class TrackingWorker:
         self.parent_run_id = ""
         self.runs: dict[str, str] = {}  # job name -> run id
         self.inherited: set[str] = set()  # job names whose runs existed before this launcher's
+        self.fresh: dict[str, RunRecord] = {}  # job name -> record, of the new runs made here
         self._best_job: str | None = None
         self.registered: str | None = None  # what sweep.register did
         self._tracker: MlflowTracker | None = None
@@ -251,6 +255,13 @@ class TrackingWorker:
                 return RunCreated(call.job_name, self.start_child(call, retried=retried))
             case FinishChild():
                 self.finish_child(call, at=at, retried=retried)
+            case StartAndFinishChild(start=start, finish=finish):
+                if retried:  # part of it may be done: each half finds what is
+                    run_id = self.start_child(start, retried=True)
+                    self.finish_child(finish, at=at, retried=True)
+                else:
+                    run_id = self.start_and_finish_child(start, finish, at=at)
+                return RunCreated(start.job_name, run_id)
             case FailChild():
                 self.tracker.fail(self.runs[call.job_name], call.reason)
             case UpdateBest():
@@ -450,8 +461,30 @@ class TrackingWorker:
             run_name = call.tags.get("mlflow.runName", call.job_name)
             resolve = maybe_made or call.shared
             run_id = self.create_child(record, run_name, call.tags, resolve=resolve)
+            if not resolve:  # surely this launcher's own new run
+                self.fresh[call.job_name] = record
         self.runs[call.job_name] = run_id
         self.tracker.log_record(run_id, record)
+        return run_id
+
+    def start_and_finish_child(self, start: StartChild, finish: FinishChild, *, at: float) -> str:
+        """A trial whose job ended before its run was made, as one run made whole: created,
+        then its record and what its job left logged together, and closed."""
+        record = self.record(start.record)
+        run_name = start.tags.get("mlflow.runName", start.job_name)
+        run_id = self.create_child(record, run_name, start.tags, resolve=False)
+        self.runs[start.job_name] = run_id
+        self.tracker.finish(
+            run_id,
+            finish.result,
+            unlogged=finish.unlogged,
+            status=finish.status,
+            reason=finish.reason,
+            extra_tags=finish.tags,
+            logged_at=at,
+            record=record,
+            log_record=True,
+        )
         return run_id
 
     def finish_child(self, call: FinishChild, *, at: float, retried: bool = False) -> None:
@@ -470,6 +503,7 @@ class TrackingWorker:
                 extra_tags=call.tags,
                 logged_at=at,
                 resumed=retried or call.job_name in self.inherited,
+                record=self.fresh.pop(call.job_name, None),
             )
 
     def reconcile(self, trials: Iterable[FinishedTrial], *, at: float) -> None:
