@@ -88,8 +88,9 @@ def test_plots_import_optuna_importance_without_scikit_learn() -> None:
     script = "\n".join(
         [
             "import sys, threading",
-            "from paiexp.sweep.study_artifacts import warm_up",
-            "warm_up()",
+            "from paiexp.sweep.study_artifacts import import_importance",
+            "import_importance()",
+            "import optuna.visualization.matplotlib",
             "assert 'optuna.importance' in sys.modules",
             "assert 'sklearn' not in sys.modules, 'scikit-learn was imported'",
             "from optuna.importance import PedAnovaImportanceEvaluator",

@@ -10,6 +10,7 @@ runner decides at run time whether the job can be forked from it.
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import re
 import secrets
@@ -44,18 +45,28 @@ def script_imports(command: str, code_dir: Path) -> list[str] | None:
     script = code_dir / words[1]
     if not words[1].endswith(".py") or not script.is_file():
         return None
-    try:
-        tree = ast.parse(script.read_bytes())
-    except (SyntaxError, ValueError):
+    names = imported_modules(script.read_bytes())
+    if names is None:
         return None  # python says what is wrong with it, as before
+    own = {path.stem for path in code_dir.iterdir()}
+    return sorted(name for name in names if name.split(".")[0] not in {*own, "__future__"})
+
+
+@functools.lru_cache(maxsize=16)
+def imported_modules(source: bytes) -> frozenset[str] | None:
+    """The modules a script's source imports by absolute name; None if it does not parse.
+    Kept per source: a sweep's jobs run copies of one script."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.add(node.module)
-    own = {path.stem for path in code_dir.iterdir()}
-    return sorted(name for name in names if name.split(".")[0] not in {*own, "__future__"})
+    return frozenset(names)
 
 
 class WarmInterpreters:

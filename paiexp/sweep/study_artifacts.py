@@ -15,11 +15,6 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
-def warm_up() -> None:
-    """Import what the plots need (most of a second), ahead of the end of the sweep."""
-    _plot_modules()
-
-
 def _plot_modules() -> tuple[Any, Any]:
     """``matplotlib.pyplot`` (Agg) and ``optuna.visualization.matplotlib``, with
     ``optuna.importance`` imported without scikit-learn (:func:`import_importance`)."""
