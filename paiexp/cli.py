@@ -52,12 +52,31 @@ INFO_CHOICES = ("all", "config", "defaults", "defaults-tree", "searchpath")
 
 def entry() -> NoReturn:
     """The ``paiexp`` command and ``python -m paiexp``: :func:`main`, then Python's exit
-    without the teardown of every module it imported (:mod:`paiexp.quick_exit`)."""
+    without the teardown of every module it imported (:mod:`paiexp.quick_exit`).  A command
+    line that runs a sweep starts its tracking process first, to load MLflow meanwhile."""
+    if runs_a_sweep(sys.argv[1:]):
+        from paiexp.sweep.tracking_process import start_ahead
+
+        start_ahead()
     try:
         code: object = main()
     except SystemExit as exc:  # argparse's usage errors and --help
         code = exc.code
     exit_as_python(code)
+
+
+def runs_a_sweep(argv: Sequence[str]) -> bool:
+    """Whether a command line runs a sweep: the run command choosing a sweep config
+    (``+sweep=NAME``) or a grid (``--multirun``), not printing something instead."""
+    if not argv or argv[0] in COMMANDS:
+        return False
+    if any(arg.partition("=")[0] in PRINT_ONLY for arg in argv):
+        return False
+    return any(arg in ("-m", "--multirun") or arg.startswith(SWEEP_CHOICES) for arg in argv)
+
+
+PRINT_ONLY = frozenset({"--cfg", "-c", "--info", "-i", "--help", "-h", "--dry-run"})
+SWEEP_CHOICES = ("+sweep=", "++sweep=", "sweep=")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -8,6 +8,7 @@ of them runs a training job: each is rejected before the first trial.
 from __future__ import annotations
 
 import shutil
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,9 +19,12 @@ from conftest import (
     REPO,
     assert_nothing_started,
     assert_one_line_error,
+    clean_env,
     run_paiexp,
     run_without_heavy_imports,
 )
+
+from paiexp.cli import runs_a_sweep
 
 MULTI_OBJECTIVE_WITH_PRUNER = """\
 sweep:
@@ -245,3 +249,50 @@ def test_bad_sweep_does_not_import_optuna_or_mlflow(tmp_path: Path) -> None:
     cwd = make_project(tmp_path)
     done = run_without_heavy_imports(cwd, [(["+sweep=xgb", "sweep.sampler.name=nope"], 2)])
     assert done.returncode == 0, done.stderr
+
+
+def processes_marked(marker: str) -> list[int]:
+    """The processes whose environment holds ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker.encode() in (entry / "environ").read_bytes():
+                found.append(int(entry.name))
+        except OSError:  # gone, or not ours to read
+            continue
+    return found
+
+
+def test_a_sweep_refused_before_it_begins_ends_its_early_tracking_process(
+    tmp_path: Path,
+) -> None:
+    """The command starts a sweep's tracking process first (to load MLflow meanwhile); a sweep
+    refused then ends with it, having written nothing."""
+    cwd = make_project(tmp_path)
+    marker = f"PAIEXP_TEST_MARK={uuid.uuid4().hex}"
+    env = clean_env(**dict([marker.split("=")]))
+    refused = run_paiexp(cwd, "+sweep=xgb", "sweep.sampler.name=nope", env=env)
+    assert "sweep.sampler.name" in assert_one_line_error(refused)
+    assert processes_marked(marker) == []
+    assert_nothing_started(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("argv", "sweep"),
+    [
+        (["+sweep=xgb"], True),
+        (["+sweep=xgb", "sweep.n_trials=3"], True),
+        (["-m", "job.hyperparameters.max_depth=3,4"], True),
+        (["--multirun", "x=1,2"], True),
+        ([], False),
+        (["job.hyperparameters.max_depth=3"], False),
+        (["+sweep=xgb", "--cfg", "job"], False),
+        (["+sweep=xgb", "--info"], False),
+        (["+sweep=xgb", "--dry-run"], False),
+        (["+sweep=xgb", "-h"], False),
+        (["rerun", "+sweep=xgb"], False),
+        (["+pipeline=train"], False),
+    ],
+)
+def test_the_command_tells_a_sweep_from_its_command_line(argv: list[str], sweep: bool) -> None:
+    assert runs_a_sweep(argv) is sweep

@@ -9,11 +9,10 @@ again by their job name (a tag), which a trial records before its job exists.
 
 from __future__ import annotations
 
-import multiprocessing
-import os
 import queue
 from typing import Any
 
+from paiexp.sweep import tracking_process
 from paiexp.sweep.tracker_protocol import Tracker
 from paiexp.sweep.tracking_messages import (
     Call,
@@ -25,7 +24,6 @@ from paiexp.sweep.tracking_messages import (
     RunCreated,
     TrackingSetup,
 )
-from paiexp.sweep.tracking_worker import serve
 
 
 class SweepTracker(Tracker):
@@ -33,16 +31,11 @@ class SweepTracker(Tracker):
 
     def __init__(self, setup: TrackingSetup) -> None:
         super().__init__()
-        context = multiprocessing.get_context("spawn")
-        self._calls: Any = context.Queue()
-        self._replies: Any = context.Queue()
-        self._process = context.Process(
-            target=serve,
-            args=(setup, self._calls, self._replies, os.getpid()),
-            name="paiexp-tracking",
-            daemon=True,
-        )
-        self._process.start()
+        started = tracking_process.take()  # the one the command started ahead, if any
+        self._calls: Any = started.calls
+        self._replies: Any = started.replies
+        self._process = started.process
+        self._calls.put(setup)
         self.uri: str | None = None
 
     def send(self, call: Call | Close) -> None:

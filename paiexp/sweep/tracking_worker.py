@@ -84,11 +84,17 @@ COMPLETE_TRIALS_TAG = "paiexp.complete_trials"
 BEST_JOB_TAG = "paiexp.best_job"
 
 
-def serve(setup: TrackingSetup, calls: Any, replies: Any, launcher_pid: int) -> None:
-    """The tracking process: applies the launcher's calls in order until :class:`Close`."""
+def serve(calls: Any, replies: Any, launcher_pid: int) -> None:
+    """The tracking process: imports MLflow, takes the sweep's :class:`TrackingSetup`, then
+    applies the launcher's calls in order until :class:`Close`."""
     _die_with(launcher_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
     os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"  # retried whole, idempotently, here
+    load_mlflow()
+    setup: TrackingSetup | Close = calls.get()
+    if isinstance(setup, Close):  # the sweep was refused before it began
+        replies.put(Closed(None))
+        _exit(replies)
     quiet_about_full_disks()
     worker = TrackingWorker(setup)
     outage = tracking_outage(setup, lambda text: replies.put(Notice(text)))
@@ -124,6 +130,15 @@ def serve(setup: TrackingSetup, calls: Any, replies: Any, launcher_pid: int) -> 
             continue
         if created is not None:  # the launcher labels the trial's job with its run
             replies.put(created)
+
+
+def load_mlflow() -> None:
+    """Import the MLflow client, and its SQL store unless the tracking URI in the environment
+    names a server: what the sweep's first call needs, loaded while the launcher starts."""
+    from mlflow.tracking import MlflowClient  # noqa: F401
+
+    if not os.environ.get("MLFLOW_TRACKING_URI", "").startswith(("http://", "https://")):
+        import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
 
 
 def tracking_disk_full(setup: TrackingSetup, exc: Exception) -> DiskFull | None:
