@@ -12,6 +12,7 @@ import os
 
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 SQLITE_FULL = 13  # SQLite's "database or disk is full"
+SQLITE_IOERR = 10  # SQLite's "disk I/O error" (its extended codes share the low byte)
 # How a job's log or a database says it: strerror(ENOSPC), strerror(EDQUOT), SQLite's.
 DISK_FULL_TEXTS = ("No space left on device", "Disk quota exceeded", "database or disk is full")
 
@@ -43,9 +44,16 @@ def disk_full(exc: BaseException, path: str | None = None, details: str = "") ->
         if isinstance(error, OSError) and error.errno in DISK_FULL_ERRNOS:
             named = error.filename if isinstance(error.filename, str) else path
             return DiskFull(named, _what(error.errno), details)
-        if getattr(error, "sqlite_errorcode", None) == SQLITE_FULL:
+        code = getattr(error, "sqlite_errorcode", None)
+        if code == SQLITE_FULL or (code is not None and _io_error_of_full(code, path)):
             return DiskFull(path, "no space left on device", details)
     return None
+
+
+def _io_error_of_full(code: int, path: str | None) -> bool:
+    """Whether an SQLite I/O error was the database's file system filling: a write-ahead
+    log's shared-memory file that cannot be made says "disk I/O error", not "disk is full"."""
+    return code & 0xFF == SQLITE_IOERR and path is not None and nearly_full(os.path.dirname(path))
 
 
 def says_disk_full(lines: list[str]) -> bool:

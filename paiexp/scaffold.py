@@ -15,7 +15,7 @@ from paiexp.errors import UserError
 PARTS = ("conf", "sweeps", "pipelines", "examples")
 GITIGNORE = """\
 # paiexp run artifacts
-mlflow.db
+mlflow.db*
 mlruns/
 mlartifacts/
 optuna.journal*

@@ -1,6 +1,7 @@
 """A new SQLite tracking store, made fast and whole: MLflow's schema is built once per machine
 and MLflow version as a cached empty database (seconds of migrations), and each new
 ``mlflow.db`` is an atomic copy of it; a launcher killed meanwhile leaves no half-built file.
+A sweep's tracking process writes its store through a write-ahead log (:func:`write_ahead`).
 """
 
 from __future__ import annotations
@@ -12,12 +13,17 @@ from typing import Any
 from paiexp.cache import cache_root
 
 
-def new_sqlite_path(uri: str) -> Path | None:
-    """The file of a ``sqlite:///`` tracking URI that does not exist yet (None otherwise)."""
+def sqlite_file(uri: str) -> Path | None:
+    """The file of a ``sqlite:///`` tracking URI (None for another store)."""
     if not uri.startswith("sqlite:///") or uri == "sqlite:///:memory:":
         return None
-    path = Path(uri.removeprefix("sqlite:///")).resolve()
-    return None if path.exists() else path
+    return Path(uri.removeprefix("sqlite:///")).resolve()
+
+
+def new_sqlite_path(uri: str) -> Path | None:
+    """The file of a ``sqlite:///`` tracking URI that does not exist yet (None otherwise)."""
+    path = sqlite_file(uri)
+    return None if path is None or path.exists() else path
 
 
 def template_path() -> Path:
@@ -89,6 +95,14 @@ def _build_schema(path: Path) -> None:
         temporary.unlink(missing_ok=True)
 
 
+def create_new_store(uri: str) -> None:
+    """A new SQLite store at ``uri``, a copy of the cached empty one, if there is one yet
+    (otherwise MLflow's tracker builds it)."""
+    path = new_sqlite_path(uri)
+    if path is not None:
+        copy_template(path)
+
+
 def copy_template(path: Path) -> bool:
     """Place a copy of the cached empty database at ``path``; False when there is none."""
     import shutil
@@ -112,3 +126,72 @@ def copy_template(path: Path) -> bool:
     finally:
         temporary.unlink(missing_ok=True)
     return True
+
+
+def write_ahead(uri: str) -> None:
+    """This process's connections to the SQLite store at ``uri`` put it in write-ahead-log
+    mode, synced at checkpoints only (``synchronous=NORMAL``): a trial's run takes a dozen
+    commits, and each would otherwise wait for a disk the sweep's jobs keep busy.  A crash of
+    any process loses no commit; a power cut may undo the last ones, which the next launch
+    reconciles.  ``mlflow ui`` reading the store no longer blocks the sweep writing it.  Where
+    the log cannot be made at once (a full disk, another process's transaction), the store
+    keeps its rollback journal, synced at every commit."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    path = sqlite_file(uri)
+    if path is None or path in _WRITTEN_AHEAD:
+        return
+    _WRITTEN_AHEAD.add(path)
+
+    def log_ahead(connection: Any, _record: Any) -> None:
+        import sqlite3
+
+        if not isinstance(connection, sqlite3.Connection):
+            return
+        cursor = connection.cursor()
+        try:
+            files = [row[2] for row in cursor.execute("PRAGMA database_list") if row[1] == "main"]
+            if not files or os.path.realpath(files[0]) != str(path):
+                return
+            (patience,) = cursor.execute("PRAGMA busy_timeout").fetchone()
+            cursor.execute("PRAGMA busy_timeout = 0")  # never waits for another's transaction
+            try:
+                (mode,) = cursor.execute("PRAGMA journal_mode = WAL").fetchone()
+            except sqlite3.Error:
+                mode = None
+            finally:
+                cursor.execute(f"PRAGMA busy_timeout = {int(patience)}")
+            if mode == "wal":
+                cursor.execute("PRAGMA synchronous = NORMAL")
+        finally:
+            cursor.close()
+
+    event.listen(Engine, "connect", log_ahead)
+
+
+_WRITTEN_AHEAD: set[Path] = set()
+
+
+def leave_write_ahead(uri: str) -> None:
+    """Return the SQLite store to its rollback journal (the log moved into the file), as
+    MLflow leaves a store and as any reader opens it, even on a full disk.  Never waits: while
+    another process has the store open, it stays in WAL mode (that process ends it); while its
+    disk is full, its log and shared-memory files stay (readers need them then)."""
+    import sqlite3
+
+    from mlflow.tracking._tracking_service.utils import _get_store
+
+    from paiexp.diskfull import nearly_full
+
+    path = sqlite_file(uri)
+    if path is None or not Path(f"{path}-wal").exists() or nearly_full(str(path.parent)):
+        return
+    _get_store(uri).engine.dispose()  # this process's connections closed
+    connection = sqlite3.connect(path, timeout=0)
+    try:
+        connection.execute("PRAGMA journal_mode = DELETE")
+    except sqlite3.Error:  # another process reads or writes it: it stays so
+        pass
+    finally:
+        connection.close()

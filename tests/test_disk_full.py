@@ -131,3 +131,28 @@ def test_a_job_log_that_cannot_be_copied_names_its_file(tmp_path: Path, small_di
         monitor.pull(final=True)
     full = disk_full(raised.value)
     assert full is not None and full.path == str(copy), raised.value
+
+
+class SQLiteError(Exception):
+    """An error as Python's sqlite3 raises it: with SQLite's extended result code."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__("disk I/O error")
+        self.sqlite_errorcode = code
+
+
+SQLITE_IOERR_SHMSIZE = 10 | (19 << 8)  # a write-ahead log's shared memory could not grow
+
+
+def test_an_sqlite_io_error_is_a_full_disk_only_where_the_disk_is_full(
+    tmp_path: Path, small_disk: Path
+) -> None:
+    from paiexp.diskfull import disk_full
+
+    error = SQLiteError(SQLITE_IOERR_SHMSIZE)
+    assert disk_full(error, str(small_disk / "mlflow.db")) is None  # room left: an I/O error
+    assert disk_full(error, str(tmp_path / "mlflow.db")) is None
+    fill_disk(small_disk)
+    full = disk_full(error, str(small_disk / "mlflow.db"))
+    assert full is not None and full.path == str(small_disk / "mlflow.db")
+    assert disk_full(error) is None  # which file's disk is unknown: not guessed

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import queue
+import signal
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -19,7 +22,12 @@ from paiexp.metrics import MetricPoint
 from paiexp.monitor import JobResult
 from paiexp.record import make_record
 from paiexp.spec import JobSpec
-from paiexp.sqlite_store import create_sqlite_database, template_path
+from paiexp.sqlite_store import (
+    create_sqlite_database,
+    leave_write_ahead,
+    template_path,
+    write_ahead,
+)
 from paiexp.sweep import tracking_worker
 from paiexp.sweep.opening import LEADER_ATTR, PARENT_RUN_ATTR
 from paiexp.sweep.ownership import study_storage
@@ -464,3 +472,83 @@ def test_the_queue_joins_a_trials_start_with_its_waiting_finish_only() -> None:
     calls.put(finish("b"))
     calls.put(Close())
     assert [queued.take(), queued.take()] == [finish("b"), Close()]
+
+
+def test_a_sweeps_store_is_written_ahead_and_left_as_mlflow_leaves_it(tmp_path: Path) -> None:
+    """The tracking process writes through a write-ahead log synced at checkpoints only: a
+    writer killed at once (no checkpoint, no close) loses no commit; as the sweep ends the
+    store returns to its rollback journal, the log moved into the file."""
+    store = tmp_path / "mlflow.db"
+    uri = f"sqlite:///{store}"
+    create_sqlite_database(uri)
+    writer = f"""
+import os, signal
+from sqlalchemy import create_engine
+from paiexp.sqlite_store import write_ahead
+from paiexp.tracking import MlflowTracker
+write_ahead({uri!r})
+tracker = MlflowTracker({uri!r}, "killed")
+for name in ("a", "b", "c"):
+    tracker.terminate(tracker._create(name, {{"paiexp.kind": "test"}}), "FINISHED")
+with create_engine({uri!r}).connect() as connection:
+    pragmas = ("journal_mode", "synchronous")
+    print([connection.exec_driver_sql(f"PRAGMA {{p}}").scalar() for p in pragmas], flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", writer], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert done.stdout.strip() == "['wal', 1]"  # synchronous=NORMAL
+    assert (tmp_path / "mlflow.db-wal").stat().st_size > 0  # the commits, never checkpointed
+
+    def finished() -> list[str]:
+        client = MlflowClient(tracking_uri=uri)
+        (experiment,) = [e for e in client.search_experiments() if e.name == "killed"]
+        runs = client.search_runs([experiment.experiment_id])
+        return sorted(r.info.run_name for r in runs if r.info.status == "FINISHED")
+
+    assert finished() == ["a", "b", "c"]
+    leave_write_ahead(uri)
+    assert store.read_bytes()[18:20] == b"\x01\x01"  # the rollback journal, as MLflow's
+    assert not (tmp_path / "mlflow.db-wal").exists()
+    alone = tmp_path / "alone" / "mlflow.db"
+    alone.parent.mkdir()
+    alone.write_bytes(store.read_bytes())  # the file by itself holds every run
+    uri = f"sqlite:///{alone}"
+    assert finished() == ["a", "b", "c"]
+    assert not list(alone.parent.glob("mlflow.db-*"))  # it needed no log: it was whole
+
+
+def test_a_store_another_process_is_reading_keeps_its_rollback_journal(tmp_path: Path) -> None:
+    """Where the log cannot be made at once (here: another process's open read), the store
+    stays as it is, and the tracker works on in it."""
+    store = tmp_path / "mlflow.db"
+    uri = f"sqlite:///{store}"
+    create_sqlite_database(uri)
+    reader = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import sqlite3, sys; c = sqlite3.connect({str(store)!r}, isolation_level=None); "
+            "c.execute('BEGIN'); c.execute('SELECT * FROM experiments').fetchall(); "
+            "print('reading', flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert reader.stdout is not None and reader.stdout.readline() == "reading\n"
+        write_ahead(uri)
+        reading = MlflowTracker(uri, None)  # opens the store: reads only, beside the reader
+        assert reading._client.get_experiment("0").name == "Default"
+        with sqlite3.connect(store) as connection:
+            assert connection.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+        connection.close()
+    finally:
+        reader.communicate("", timeout=30)
+    tracker = MlflowTracker(uri, "after the reader")  # writes, once the reader is done
+    tracker.terminate(tracker._create("r", {"paiexp.kind": "test"}), "FINISHED")
+    (run,) = MlflowClient(tracking_uri=uri).search_runs([tracker.experiment_id])
+    assert run.info.status == "FINISHED"

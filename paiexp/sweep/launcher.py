@@ -33,6 +33,7 @@ from paiexp.sweep.prepared import PreparedSweep, SweepOutcome
 from paiexp.sweep.progress import Progress
 from paiexp.sweep.resume import finished_before
 from paiexp.sweep.scheduler import Scheduler
+from paiexp.sweep.study_artifacts import load_when
 from paiexp.sweep.tracker_protocol import TrackerFactory
 from paiexp.sweep.tracking import SweepTracker
 from paiexp.sweep.tracking_messages import Drawn, TrackingSetup
@@ -62,16 +63,13 @@ class Launcher:
     def run(self) -> SweepOutcome:
         prepared = self.prepared
         prepared.backend.set_concurrency(prepared.sweep.parallelism)
-        # the tracking process starts as the study opens: its MLflow loads meanwhile
-        tracker = self.tracker_factory(tracking_setup(prepared))
-        tracker.notify = self.progress.say
-        try:  # may still reject the sweep: before anything is tracked
-            opened = open_study(prepared, self.owner, self.progress.say)
-        except BaseException:
-            tracker.close()  # it tracked nothing: it ends without opening MLflow
-            raise
+        # may still reject the sweep: before anything is tracked
+        opened = open_study(prepared, self.owner, self.progress.say)
         self.progress.say(prepared.projection.line())  # every check made: it will launch
         study, sweep = opened.study, opened.sweep_id
+        # the command's tracking process, started ahead to load MLflow meanwhile, or a new one
+        tracker = self.tracker_factory(tracking_setup(prepared))
+        tracker.notify = self.progress.say
         parent = parent_run(prepared, prepared.backend.name)
         # MLflow opens in the tracking process while trials run
         known_run = study.user_attrs.get(PARENT_RUN_ATTR)
@@ -84,6 +82,9 @@ class Launcher:
         scheduler = Scheduler(
             jobs, budget, prepared.sweep, prepared.pruning, tracker, self.progress
         )
+        # the plots' modules load from the first trial's end (its job's imports are done)
+        loading = threading.Thread(target=load_when, args=(scheduler.trial_ended,), daemon=True)
+        loading.start()
         with interrupts_to(scheduler), self.progress.live(scheduler):
             scheduler.run()
         jobs.publish_best()  # the study's best, even if a killed launch lost its last update

@@ -22,6 +22,7 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable
@@ -29,12 +30,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, assert_never
 
 from paiexp.cost import CURRENCY_TAG
-from paiexp.diskfull import DiskFull, disk_full
+from paiexp.diskfull import DiskFull, disk_full, nearly_full
 from paiexp.metrics import MetricPoint
 from paiexp.monitor import JobMonitor, job_log
 from paiexp.outage import Outage, OutageTooLong
 from paiexp.record import RunRecord, make_record
 from paiexp.redact import redact_url
+from paiexp.sqlite_store import create_new_store, leave_write_ahead, sqlite_file, write_ahead
 from paiexp.sweep.opening import LEADER_ATTR, PARENT_RUN_ATTR
 from paiexp.sweep.parent_run import running_elsewhere
 from paiexp.sweep.records import JOB_NAME
@@ -90,12 +92,16 @@ def serve(calls: Any, replies: Any, launcher_pid: int) -> None:
     _die_with(launcher_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
     os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"  # retried whole, idempotently, here
-    load_mlflow()
+    loading = threading.Thread(target=load_mlflow, name="load-mlflow", daemon=True)
+    loading.start()
     setup: TrackingSetup | Close = calls.get()
     if isinstance(setup, Close):  # the sweep was refused before it began
         replies.put(Closed(None))
         _exit(replies)
-    quiet_about_full_disks()
+    with contextlib.suppress(OSError):  # the store's file at once (its first call says why not)
+        create_new_store(tracking_uri(setup.tracker_uri))
+    loading.join()
+    quiet_about_full_disks(setup)
     worker = TrackingWorker(setup)
     outage = tracking_outage(setup, lambda text: replies.put(Notice(text)))
     queued = CallQueue(calls)
@@ -105,6 +111,7 @@ def serve(calls: Any, replies: Any, launcher_pid: int) -> None:
             if worker.opened:
                 tracker = worker.tracker
                 best = worker.best_run()
+                leave_write_ahead(tracker.uri)
                 replies.put(Closed(tracker.uri, tracker.experiment_id, worker.registered, best))
             else:
                 replies.put(Closed(None))
@@ -141,21 +148,25 @@ def load_mlflow() -> None:
         import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
 
 
-def tracking_disk_full(setup: TrackingSetup, exc: Exception) -> DiskFull | None:
+def tracking_disk_full(setup: TrackingSetup, exc: BaseException) -> DiskFull | None:
     """The full disk a call failed on, if it did: a SQLite store's own file unless the error
     names another (an artifact), with the traceback for the launcher's log of details."""
-    uri = tracking_uri(setup.tracker_uri)
-    database = uri.removeprefix("sqlite:///") if uri.startswith("sqlite:///") else None
-    return disk_full(exc, database, "".join(traceback.format_exception(exc)))
+    database = sqlite_file(tracking_uri(setup.tracker_uri))
+    path = None if database is None else str(database)
+    return disk_full(exc, path, "".join(traceback.format_exception(exc)))
 
 
-def quiet_about_full_disks() -> None:
-    """MLflow logs a database error with its whole dump before raising it: a full disk's is
-    left to the launcher's one line and its log of details."""
+def quiet_about_full_disks(setup: TrackingSetup) -> None:
+    """MLflow logs a database error with its whole dump before raising it, and each failed
+    try to open the store: a full disk's are left to the launcher's one line and its log of
+    details."""
+    database = sqlite_file(tracking_uri(setup.tracker_uri))
 
     def not_disk_full(record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
-        return error is None or disk_full(error) is None
+        if error is not None:
+            return tracking_disk_full(setup, error) is None
+        return database is None or not nearly_full(str(database.parent))
 
     logging.getLogger("mlflow.store.db.utils").addFilter(not_disk_full)
 
@@ -235,6 +246,7 @@ class TrackingWorker:
             from paiexp.tracking import MlflowTracker
 
             setup = self.setup  # the launcher checked the server before the sweep began
+            write_ahead(tracking_uri(setup.tracker_uri))
             self._tracker = MlflowTracker(setup.tracker_uri, setup.experiment, check_server=False)
         return self._tracker
 
