@@ -15,6 +15,7 @@ that one of them that dies is still adopted.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
@@ -68,6 +69,7 @@ class Scheduler:
         self.started = time.monotonic()
         self.adopter = Adopter(jobs, progress)
         self.waiting_for: set[int] = set()  # other launchers' trials awaited at the end
+        self.trial_ended = threading.Event()  # set as the first of its trials ends
 
     @property
     def study(self) -> Study:
@@ -266,6 +268,7 @@ class Scheduler:
     def _complete(self, flight: InFlight, status: JobStatus) -> None:
         from optuna.trial import TrialState
 
+        self.trial_ended.set()
         result = flight.monitor.result(status)
         if flight.pruning:
             self.jobs.tell(flight, TrialState.PRUNED, result=result)

@@ -15,6 +15,15 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
+def load_when(ready: threading.Event) -> None:
+    """Once ``ready`` is set, import what the trials table and the plots need (half a
+    CPU-second): a launcher's thread, so that the sweep's end draws them at once."""
+    ready.wait()
+    import pandas  # noqa: F401  (the trials table)
+
+    _plot_modules()
+
+
 def _plot_modules() -> tuple[Any, Any]:
     """``matplotlib.pyplot`` (Agg) and ``optuna.visualization.matplotlib``, with
     ``optuna.importance`` imported without scikit-learn (:func:`import_importance`)."""
