@@ -501,17 +501,7 @@ class TrackingWorker:
         run_name = start.tags.get("mlflow.runName", start.job_name)
         run_id = self.create_child(record, run_name, start.tags, resolve=False)
         self.runs[start.job_name] = run_id
-        self.tracker.finish(
-            run_id,
-            finish.result,
-            unlogged=finish.unlogged,
-            status=finish.status,
-            reason=finish.reason,
-            extra_tags=finish.tags,
-            logged_at=at,
-            record=record,
-            log_record=True,
-        )
+        self.log_finish(run_id, finish, at=at, record=record, log_record=True)
         return run_id
 
     def finish_child(self, call: FinishChild, *, at: float, retried: bool = False) -> None:
@@ -521,17 +511,22 @@ class TrackingWorker:
         run_id = self.runs[call.job_name]
         run = self.tracker.get_run(run_id) if retried else None
         if run is None or run.status not in TERMINAL_RUN_STATUSES:
-            self.tracker.finish(
-                run_id,
-                call.result,
-                unlogged=call.unlogged,
-                status=call.status,
-                reason=call.reason,
-                extra_tags=call.tags,
-                logged_at=at,
-                resumed=retried or call.job_name in self.inherited,
-                record=self.fresh.pop(call.job_name, None),
-            )
+            resumed = retried or call.job_name in self.inherited
+            record = self.fresh.pop(call.job_name, None)
+            self.log_finish(run_id, call, at=at, resumed=resumed, record=record)
+
+    def log_finish(self, run_id: str, call: FinishChild, *, at: float, **options: Any) -> None:
+        """What a trial's job left, on its run (``options``: see :meth:`MlflowTracker.finish`)."""
+        self.tracker.finish(
+            run_id,
+            call.result,
+            unlogged=call.unlogged,
+            status=call.status,
+            reason=call.reason,
+            extra_tags=call.tags,
+            logged_at=at,
+            **options,
+        )
 
     def reconcile(self, trials: Iterable[FinishedTrial], *, at: float) -> None:
         """Give each trial that had finished before this launch a closed run: a crash may
