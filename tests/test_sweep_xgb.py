@@ -35,6 +35,9 @@ def test_xgb_sweep_runs_continues_and_extends(tmp_path: Path) -> None:
 
     first = run_paiexp(tmp_path, "+sweep=xgb", "sweep.n_trials=6")
     assert first.returncode == 0, first.stderr
+    # written ahead while it ran, the store is left in its rollback journal, whole by itself
+    assert (tmp_path / "mlflow.db").read_bytes()[18:20] == b"\x01\x01"
+    assert not list(tmp_path.glob("mlflow.db-*"))
     study = load_study(tmp_path, "xgb")
     assert len(study.trials) == 6
     assert all(t.state.is_finished() for t in study.trials)
