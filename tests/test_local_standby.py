@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import wait_until
 
 from paiexp.backends import JobHandle, JobState, JobStatus
@@ -58,6 +59,29 @@ def test_a_sweep_hands_its_jobs_to_runners_started_ahead(tmp_path: Path) -> None
     lines = backend.read_logs(handle, 0, final=True).lines
     assert lines == [f"x=7 threads={threads} cwd=/ml/usercode", "only-in-the-job"]
     assert len(backend._standby.ready) == 2  # replaced at once, for the next job
+
+
+def loaded_libraries(pid: int) -> set[str]:
+    """The shared libraries a process has mapped (C extension modules once imported)."""
+    maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
+    return {Path(line.split()[-1]).name.split(".")[0] for line in maps if line.endswith(".so")}
+
+
+@pytest.mark.parametrize("warm_start", [True, False])
+def test_a_standby_runner_imports_what_its_job_will_need_before_the_job(
+    tmp_path: Path, warm_start: bool
+) -> None:
+    """What a job's start needs is imported while the runner waits: the hash of the
+    requirements' marker, and for a sweep with warm starts the warm start's socket."""
+    config = LocalBackendConfig(root=str(tmp_path / "jobs"), warm_start=warm_start)
+    backend = LocalBackend(config, tmp_path)
+    backend.set_concurrency(1)
+    runner = backend._standby.ready[0].pid
+    needed = {"_hashlib", "_socket"} if warm_start else {"_hashlib"}
+    wait_until(lambda: needed <= loaded_libraries(runner), 30, "the standby runner's imports")
+    if not warm_start:
+        assert "_socket" not in loaded_libraries(runner)
+    backend._standby.dismiss()
 
 
 def test_a_standby_runner_whose_launcher_is_gone_leaves_without_a_job(tmp_path: Path) -> None:

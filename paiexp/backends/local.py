@@ -100,7 +100,7 @@ class LocalBackend(LocalResults):
         """
         self.threads_per_job = cpu_share(len(os.sched_getaffinity(0)), jobs)
         # A sweep: keep runners ready for its next jobs (a few: freed slots come one by one).
-        self._standby.keep(min(jobs, STANDBY_RUNNERS))
+        self._standby.keep(min(jobs, STANDBY_RUNNERS), warm=self.warm_start)
         # And fork its Python jobs from interpreters that imported their modules once.
         if self.warm_start and self._warm is None:
             self._warm = WarmInterpreters(self._warm_imports)
@@ -411,16 +411,18 @@ class StandbyRunners:
 
     def __init__(self) -> None:
         self.size = 0
+        self.arguments = [local_runner.STANDBY]
         self.ready: deque[subprocess.Popen[bytes]] = deque()
 
-    def keep(self, size: int) -> None:
-        """Keep ``size`` runners ready from now on."""
+    def keep(self, size: int, *, warm: bool) -> None:
+        """Keep ``size`` runners ready from now on; ``warm``: ready to have jobs forked warm."""
         self.size = size
+        self.arguments = [local_runner.STANDBY, *([local_runner.WARM_STANDBY] if warm else [])]
         self.replenish()
 
     def replenish(self) -> None:
         while len(self.ready) < self.size:
-            self.ready.append(_spawn_runner([local_runner.STANDBY], dict(os.environ), stdin=True))
+            self.ready.append(_spawn_runner(self.arguments, dict(os.environ), stdin=True))
 
     def hand_over(
         self, arguments: list[str], env: dict[str, str]

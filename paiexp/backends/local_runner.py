@@ -310,8 +310,8 @@ class Runner:
 def _environment_key(lines: list[str]) -> str:
     """Changes when the requirements, the interpreter or its installed packages change."""
     import hashlib
+    import site  # its directories only: site-packages need not be on the path for this
 
-    site = _site()
     digest = hashlib.sha256("\n".join([sys.executable, *lines]).encode())
     for directory in [*site.getsitepackages(), site.getusersitepackages()]:
         with contextlib.suppress(OSError):
@@ -330,6 +330,16 @@ def _site() -> Any:
 
 
 STANDBY = "--standby"
+WARM_STANDBY = "--warm"  # after STANDBY: the sweep's jobs may be forked warm
+
+
+def prepare(warm: bool) -> None:
+    """On standby, before any job: import what a job may need, so that its start does not
+    wait for it (the hash of the requirements' marker; with ``warm``, the warm start's)."""
+    if warm:
+        from paiexp.backends import warm_start  # noqa: F401
+    import hashlib  # noqa: F401
+    import site  # noqa: F401
 
 
 def await_job() -> list[str] | None:
@@ -348,7 +358,8 @@ def await_job() -> list[str] | None:
 
 
 def main(argv: list[str]) -> int:
-    if argv == [STANDBY]:
+    if argv[:1] == [STANDBY]:
+        prepare(warm=WARM_STANDBY in argv)
         job = await_job()
         if job is None:
             return 0
