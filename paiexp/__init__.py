@@ -17,9 +17,11 @@ Importing the package is cheap: MLflow, Optuna and the cloud SDKs load only when
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
+TYPE_CHECKING = False  # typing itself is not loaded: a job's runner imports this package
 if TYPE_CHECKING:
+    from typing import Any
+
     from paiexp._jobs import Composed, Job, attach_job, from_project, job, run
     from paiexp._pipelines import Pipeline, attach_pipeline, start_pipeline
     from paiexp._sweeps import Best, Sweep, attach_sweep, start_sweep

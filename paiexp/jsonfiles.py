@@ -8,7 +8,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from typing import Any
+
+TYPE_CHECKING = False  # typing itself is not loaded: a job's runner imports this module
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def write_json_atomic(path: str | os.PathLike[str], data: dict[str, Any]) -> None:

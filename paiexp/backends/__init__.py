@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from importlib import import_module
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from paiexp.errors import UserError
 
+TYPE_CHECKING = False  # typing itself is not loaded: a job's runner imports this package
 if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
+
     from paiexp.backends.base import (
         Backend,
         BackendUnavailable,
