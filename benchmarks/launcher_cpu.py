@@ -50,7 +50,7 @@ def instrument() -> None:
     from optuna.trial import Trial
 
     from paiexp.backends.jobdir import JobDirectories
-    from paiexp.backends.local import LocalBackend, StandbyRunners
+    from paiexp.backends.local import LocalBackend, StandbyRunner
     from paiexp.monitor import JobMonitor
     from paiexp.sweep.budget import TrialBudget
     from paiexp.sweep.claims import FileClaims
@@ -72,7 +72,7 @@ def instrument() -> None:
         (JobDirectories, "create", "      JobDirectories.create"),
         (LocalBackend, "_environment", "      LocalBackend._environment"),
         (LocalBackend, "_start_runner", "      LocalBackend._start_runner"),
-        (StandbyRunners, "replenish", "        StandbyRunners.replenish"),
+        (StandbyRunner, "hand_over", "        StandbyRunner.hand_over"),
         (TrialJobs, "start_child", "    TrialJobs.start_child"),
         (JobMonitor, "__init__", "    JobMonitor.__init__"),
         (Trial, "set_user_attr", "  Trial.set_user_attr (all)"),

@@ -36,14 +36,13 @@ def wait_for(backend: LocalBackend, handle: JobHandle) -> JobStatus:
     return wait_until(ended, 60, f"job {handle.name} to end")
 
 
-def test_a_sweep_hands_its_jobs_to_runners_started_ahead(tmp_path: Path) -> None:
+def test_a_sweep_hands_its_jobs_to_runners_forked_by_one_started_ahead(tmp_path: Path) -> None:
     backend = make_backend(tmp_path)
     backend.set_concurrency(2)
-    ready = [process.pid for process in backend._standby.ready]
-    assert len(ready) == 2
-    # Waiting, they see the launcher's mounts; each job's own /ml comes with the job.
-    mounts = os.readlink("/proc/self/ns/mnt")
-    assert [os.readlink(f"/proc/{pid}/ns/mnt") for pid in ready] == [mounts, mounts]
+    assert backend._standby.process is not None
+    standby = backend._standby.process.pid
+    # Waiting, it sees the launcher's mounts; each job's own /ml comes with the job.
+    assert os.readlink(f"/proc/{standby}/ns/mnt") == os.readlink("/proc/self/ns/mnt")
     command = 'echo "x=$PAI_HPS_X threads=$OMP_NUM_THREADS cwd=$(pwd)"; echo "$SECRET_TOKEN"'
     spec = JobSpec(
         name="standby",
@@ -54,11 +53,12 @@ def test_a_sweep_hands_its_jobs_to_runners_started_ahead(tmp_path: Path) -> None
     handle = backend.submit(spec)
     assert wait_for(backend, handle).state is JobState.SUCCEEDED
     state = read_json(backend.job_dir("standby") / "state.json")
-    assert state["runner_pid"] == ready[0]  # the oldest standby runner ran it
+    assert state["runner_pid"] not in (standby, os.getpid())  # a runner of its own
+    assert read_json(backend.job_dir("standby") / "spec.json")["name"] == "standby"
     threads = max(1, len(os.sched_getaffinity(0)) // 2)
     lines = backend.read_logs(handle, 0, final=True).lines
     assert lines == [f"x=7 threads={threads} cwd=/ml/usercode", "only-in-the-job"]
-    assert len(backend._standby.ready) == 2  # replaced at once, for the next job
+    assert backend._standby.process.pid == standby  # still there, for the next jobs
 
 
 def loaded_libraries(pid: int) -> set[str]:
@@ -76,7 +76,8 @@ def test_a_standby_runner_imports_what_its_job_will_need_before_the_job(
     config = LocalBackendConfig(root=str(tmp_path / "jobs"), warm_start=warm_start)
     backend = LocalBackend(config, tmp_path)
     backend.set_concurrency(1)
-    runner = backend._standby.ready[0].pid
+    assert backend._standby.process is not None
+    runner = backend._standby.process.pid
     needed = {"_hashlib", "_socket"} if warm_start else {"_hashlib"}
     wait_until(lambda: needed <= loaded_libraries(runner), 30, "the standby runner's imports")
     if not warm_start:
@@ -95,7 +96,7 @@ def test_a_standby_runner_whose_launcher_is_gone_leaves_without_a_job(tmp_path: 
             "from paiexp.config import LocalBackendConfig",
             f"backend = LocalBackend(LocalBackendConfig(root={root!r}), Path('/'))",
             "backend.set_concurrency(1)",
-            "print(backend._standby.ready[0].pid, flush=True)",
+            "print(backend._standby.process.pid, flush=True)",
             "time.sleep(600)",
         ]
     )
@@ -109,10 +110,73 @@ def test_a_standby_runner_whose_launcher_is_gone_leaves_without_a_job(tmp_path: 
     assert not (tmp_path / "jobs").exists()
 
 
-def test_standby_runners_are_released_with_their_backend(tmp_path: Path) -> None:
+def test_jobs_handed_over_together_each_run_in_a_session_of_their_runner(tmp_path: Path) -> None:
+    """As a runner started for its job: its own session (the job survives the launcher)."""
     backend = make_backend(tmp_path)
     backend.set_concurrency(3)
-    processes = list(backend._standby.ready)
+    command = "cut -d' ' -f6 /proc/self/stat"  # the shell's session
+    handles = [backend.submit(JobSpec(name=f"job-{n}", command=command)) for n in range(3)]
+    runners = set()
+    for handle in handles:
+        assert wait_for(backend, handle).state is JobState.SUCCEEDED
+        runner = read_json(backend.job_dir(handle.name) / "state.json")["runner_pid"]
+        assert backend.read_logs(handle, 0, final=True).lines == [str(runner)]
+        runners.add(runner)
+    assert len(runners) == 3
+
+
+def test_a_standby_runner_that_died_is_replaced_and_its_job_still_runs(tmp_path: Path) -> None:
+    backend = make_backend(tmp_path)
+    backend.set_concurrency(1)
+    assert backend._standby.process is not None
+    dead = backend._standby.process
+    dead.kill()
+    dead.wait()
+    handle = backend.submit(JobSpec(name="after", command="echo ran"))
+    assert wait_for(backend, handle).state is JobState.SUCCEEDED
+    assert backend.read_logs(handle, 0, final=True).lines == ["ran"]
+    assert backend._standby.process is not None and backend._standby.process.pid != dead.pid
+    assert backend._standby.process.poll() is None
+
+
+def test_a_job_handed_over_runs_on_after_its_launcher_is_killed(tmp_path: Path) -> None:
+    """The standby runner leaves with its launcher; the runner it forked finishes the job."""
+    root = tmp_path / "jobs"
+    go = tmp_path / "go"
+    script = "\n".join(
+        [
+            "import time",
+            "from pathlib import Path",
+            "from paiexp.backends.local import LocalBackend",
+            "from paiexp.config import LocalBackendConfig",
+            "from paiexp.spec import JobSpec",
+            f"backend = LocalBackend(LocalBackendConfig(root={str(root)!r}), Path('/'))",
+            "backend.set_concurrency(1)",
+            f"command = 'while [ ! -e {go} ]; do sleep 0.05; done; echo done'",
+            "backend.submit(JobSpec(name='detached', command=command))",
+            "print(backend._standby.process.pid, flush=True)",
+            "time.sleep(600)",
+        ]
+    )
+    launcher = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert launcher.stdout is not None
+    standby = int(launcher.stdout.readline())
+    launcher.send_signal(signal.SIGKILL)
+    launcher.wait()
+    wait_until(lambda: not process_alive(standby, None), 30, "the standby runner to exit")
+    go.touch()
+    state_file = root / "detached" / "state.json"
+    wait_until(
+        lambda: (read_json(state_file) or {}).get("state") == "SUCCEEDED", 60, "the job's end"
+    )
+    assert (root / "detached" / "job.log").read_text() == "done\n"
+
+
+def test_the_standby_runner_is_released_with_its_backend(tmp_path: Path) -> None:
+    backend = make_backend(tmp_path)
+    backend.set_concurrency(3)
+    process = backend._standby.process
+    assert process is not None
     backend._standby.dismiss()
-    assert [process.returncode for process in processes] == [0, 0, 0]
-    assert backend._standby.ready == type(backend._standby.ready)()
+    assert process.returncode == 0
+    assert backend._standby.process is None

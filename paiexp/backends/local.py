@@ -20,6 +20,7 @@ with its own runner and ``/ml``, the master on the loopback: its directory holds
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -29,7 +30,6 @@ import subprocess
 import sys
 import time
 import weakref
-from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +54,7 @@ from paiexp.spec import JobSpec
 
 log = logging.getLogger(__name__)
 
-STANDBY_RUNNERS = 4  # at most, for a sweep
+STANDBY_REPLY_TIMEOUT = 10.0  # seconds the runner on standby has to fork a job's runner
 STATE_FILE = "state.json"
 StatKey = tuple[int, int, int]  # a file's inode, mtime (ns) and size
 _told_no_private_ml = False  # that local jobs here see the host's /ml (said once)
@@ -71,10 +71,11 @@ class LocalBackend(LocalResults):
         self.poll_interval = float(config.poll_interval)
         self.stop_grace_period = float(config.stop_grace_period)
         self.threads_per_job = len(os.sched_getaffinity(0))
-        self._children: dict[str, subprocess.Popen[bytes]] = {}  # runners we started
+        self._children: dict[str, subprocess.Popen[bytes]] = {}  # runners we spawned
+        self._started: dict[str, tuple[int, str | None]] = {}  # job -> its runner (pid, start)
         self._pidfds: dict[str, tuple[int, int]] = {}  # job -> (pidfd, pid) of its runner
         self._states: dict[str, StateFile] = {}  # job -> its state as last read
-        self._standby = StandbyRunners()  # kept only for sweeps (set_concurrency)
+        self._standby = StandbyRunner()  # kept only for sweeps (set_concurrency)
         weakref.finalize(self, self._standby.dismiss)
         self.warm_start = bool(config.warm_start)
         self._warm: WarmInterpreters | None = None  # a sweep's, with warm_start
@@ -99,8 +100,8 @@ class LocalBackend(LocalResults):
         each other down several times over.
         """
         self.threads_per_job = cpu_share(len(os.sched_getaffinity(0)), jobs)
-        # A sweep: keep runners ready for its next jobs (a few: freed slots come one by one).
-        self._standby.keep(min(jobs, STANDBY_RUNNERS), warm=self.warm_start)
+        # A sweep: keep a runner ready to fork the runners of its next jobs.
+        self._standby.keep(warm=self.warm_start)
         # And fork its Python jobs from interpreters that imported their modules once.
         if self.warm_start and self._warm is None:
             self._warm = WarmInterpreters(self._warm_imports)
@@ -178,10 +179,12 @@ class LocalBackend(LocalResults):
             str(self.root / ".cache"),
             *([warm] if warm else []),
         ]
-        runner = self._standby.hand_over(arguments, env)
-        if runner is None:
+        forked = self._standby.hand_over(arguments, env)
+        if forked is None:
             runner = _spawn_runner(arguments, env, cwd=job_dir)
-        self._children[job_dir.name] = runner
+            self._children[job_dir.name] = runner
+            forked = (runner.pid, None)
+        self._started[job_dir.name] = forked
         self._standby.replenish()
 
     # -- status / logs / stop --------------------------------------------------------------
@@ -275,8 +278,8 @@ class LocalBackend(LocalResults):
         seen = self._state(job_dir.name)
         if seen is not None and seen.data.get("runner_pid"):
             pid, start = seen.data["runner_pid"], seen.data.get("runner_start")
-        elif job_dir.name in self._children:
-            pid, start = self._children[job_dir.name].pid, None
+        elif job_dir.name in self._started:
+            pid, start = self._started[job_dir.name]
         else:
             return None, None
         return (pid, start) if process_alive(pid, start) else (None, None)
@@ -286,6 +289,7 @@ class LocalBackend(LocalResults):
         watched = self._pidfds.pop(job_id, None)
         if watched is not None:
             os.close(watched[0])
+        self._started.pop(job_id, None)
         child = self._children.pop(job_id, None)
         if child is not None:
             child.wait()  # reap the runner, which exits right after writing the final state
@@ -390,9 +394,11 @@ def _link_inputs(spec: JobSpec, job_dir: Path) -> None:
 
 
 def _spawn_runner(
-    arguments: list[str], env: dict[str, str], *, cwd: Path | None = None, stdin: bool = False
+    arguments: list[str], env: dict[str, str], *, cwd: Path | None = None, piped: bool = False
 ) -> subprocess.Popen[bytes]:
-    """A runner process in a session of its own (the job survives the launcher)."""
+    """A runner process in a session of its own (the job survives the launcher); ``piped``:
+    on standby, taking jobs on its standard input and answering on its standard output."""
+    stream = subprocess.PIPE if piped else subprocess.DEVNULL
     return subprocess.Popen(
         # -S: the runner needs no site-packages to start (it adds them if it must)
         [sys.executable, "-S", local_runner.__file__, *arguments],
@@ -400,52 +406,61 @@ def _spawn_runner(
         cwd=cwd,
         start_new_session=True,
         close_fds=True,
-        stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
+        stdin=stream,
+        stdout=stream,
         stderr=subprocess.DEVNULL,
     )
 
 
-class StandbyRunners:
-    """Runners started ahead, their imports done, each waiting on a pipe for a job."""
+class StandbyRunner:
+    """A runner started ahead, its imports done, that forks a runner for each job handed to it
+    (:func:`paiexp.backends.local_runner.stand_by`)."""
 
     def __init__(self) -> None:
-        self.size = 0
-        self.arguments = [local_runner.STANDBY]
-        self.ready: deque[subprocess.Popen[bytes]] = deque()
+        self.arguments: list[str] | None = None  # kept only for sweeps (keep)
+        self.process: subprocess.Popen[bytes] | None = None
 
-    def keep(self, size: int, *, warm: bool) -> None:
-        """Keep ``size`` runners ready from now on; ``warm``: ready to have jobs forked warm."""
-        self.size = size
+    def keep(self, *, warm: bool) -> None:
+        """Keep one ready from now on; ``warm``: ready to have jobs forked warm."""
         self.arguments = [local_runner.STANDBY, *([local_runner.WARM_STANDBY] if warm else [])]
         self.replenish()
 
     def replenish(self) -> None:
-        while len(self.ready) < self.size:
-            self.ready.append(_spawn_runner(self.arguments, dict(os.environ), stdin=True))
+        """Start it again if it is gone."""
+        if self.arguments is not None and (self.process is None or self.process.poll() is not None):
+            self.process = _spawn_runner(self.arguments, dict(os.environ), piped=True)
 
-    def hand_over(
-        self, arguments: list[str], env: dict[str, str]
-    ) -> subprocess.Popen[bytes] | None:
-        """A standby runner, now running this job; None if there is none (or all died)."""
+    def hand_over(self, arguments: list[str], env: dict[str, str]) -> tuple[int, str | None] | None:
+        """The pid and start time of the runner it forked for this job; None if there is
+        none to fork it (it died, or did not answer in time: it is stopped then)."""
+        process = self.process
+        if process is None:
+            return None
+        assert process.stdin is not None and process.stdout is not None
         order = json.dumps({"args": arguments, "env": env}).encode() + b"\n"
-        while self.ready:
-            runner = self.ready.popleft()
-            assert runner.stdin is not None
-            try:
-                runner.stdin.write(order)
-                runner.stdin.close()
-            except (BrokenPipeError, ValueError):
-                runner.wait()
-                continue
-            return runner
-        return None
+        reply = b""
+        try:
+            process.stdin.write(order)
+            process.stdin.flush()
+            if select.select([process.stdout], [], [], STANDBY_REPLY_TIMEOUT)[0]:
+                reply = process.stdout.readline()
+        except (BrokenPipeError, ValueError):
+            pass
+        if not reply.endswith(b"\n"):
+            self.dismiss(kill=True)
+            return None
+        pid, start = reply.decode().split()
+        return int(pid), None if start == "None" else start
 
-    def dismiss(self) -> None:
-        """No more jobs: each standby runner exits when its pipe closes."""
-        self.size = 0
-        while self.ready:
-            runner = self.ready.popleft()
-            assert runner.stdin is not None
-            runner.stdin.close()
-            runner.wait()
+    def dismiss(self, *, kill: bool = False) -> None:
+        """No more jobs: it exits as its pipe closes (the runners it forked run on)."""
+        process, self.process = self.process, None
+        if process is None:
+            return
+        if kill:
+            process.kill()
+        assert process.stdin is not None and process.stdout is not None
+        with contextlib.suppress(BrokenPipeError):
+            process.stdin.close()
+        process.stdout.close()
+        process.wait()

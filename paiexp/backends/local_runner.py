@@ -1,5 +1,5 @@
 """The detached runner of one local job: ``python -S local_runner.py JOB_DIR GRACE INSTALL CACHE
-[WARM]`` (or ``... --standby``: started ahead, it waits for a job on its standard input).
+[WARM]`` (or ``... --standby``: started ahead, it forks a runner for each job handed to it).
 
 It runs in its own session (the launcher may die; the job goes on), enters a mount namespace
 in which ``/ml`` is the job's own tree (:mod:`paiexp.mlroot`; where the machine gives none,
@@ -12,8 +12,8 @@ running job's state again only when the runner is gone.
 
 It starts for every job, so it is kept lean: started by path without ``site``, it imports a
 handful of standard modules (the rest only when needed) and uses one interval timer instead
-of threads.  A sweep keeps a few runners on standby, started and imported while jobs run, so
-a freed slot's next job starts without an interpreter's start-up; given the address of the
+of threads.  A sweep keeps one on standby, started and imported ahead, that forks a runner
+for each of its jobs: a job starts without an interpreter's start-up; given the address of the
 sweep's ``WARM`` interpreter, it has a ``python SCRIPT`` command forked from it
 (:mod:`paiexp.backends.warm_start`), not exec'd.  Its helpers are the
 standard-library-only :mod:`paiexp.jsonfiles`, :mod:`paiexp.processes`, :mod:`paiexp.exits`,
@@ -342,28 +342,46 @@ def prepare(warm: bool) -> None:
     import site  # noqa: F401
 
 
-def await_job() -> list[str] | None:
-    """On standby: the job's arguments, once the launcher hands them over as one JSON line
-    ``{"args": [JOB_DIR, GRACE, INSTALL, CACHE, [WARM]], "env": {...}}`` on standard input;
-    the job's environment becomes this process's.  None when the launcher closed the pipe without a
-    whole line (it finished, or died): there is no job."""
-    line = sys.stdin.buffer.readline()
-    if not line.endswith(b"\n"):
-        return None
-    order = json.loads(line)
+def stand_by(warm: bool) -> int:
+    """A sweep's runner on standby: its imports done once, it forks a runner for each job
+    the launcher hands over as one JSON line ``{"args": [JOB_DIR, GRACE, INSTALL, CACHE,
+    [WARM]], "env": {...}}`` on standard input, and answers with the runner's pid and start
+    time as one line on standard output.  It exits when the launcher closes the pipe (it
+    finished, or died); the runners it forked run on, each in its own session."""
+    prepare(warm)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # its runners are reaped as they exit
+    orders = sys.stdin.buffer
+    while True:
+        line = orders.readline()
+        if not line.endswith(b"\n"):
+            return 0
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                code = run_handed_over(json.loads(line))
+            finally:
+                os._exit(code)  # never back into the loop, whatever happened
+        os.write(sys.stdout.fileno(), f"{pid} {process_start_time(pid)}\n".encode())
+
+
+def run_handed_over(order: dict[str, Any]) -> int:
+    """In a runner forked on standby: become the job's runner as one started for it is (its
+    own session, no standard streams, the job's environment and directory), and run it."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDWR)
+    for stream in (0, 1, 2):
+        os.dup2(null, stream)
+    os.close(null)
     os.environ.clear()
     os.environ.update(order["env"])
     os.chdir(order["args"][0])
-    return [str(arg) for arg in order["args"]]
+    return run_job([str(arg) for arg in order["args"]])
 
 
-def main(argv: list[str]) -> int:
-    if argv[:1] == [STANDBY]:
-        prepare(warm=WARM_STANDBY in argv)
-        job = await_job()
-        if job is None:
-            return 0
-        argv = job
+def run_job(argv: list[str]) -> int:
+    """Run the job of ``JOB_DIR GRACE INSTALL CACHE [WARM]`` to its end."""
     job_dir, grace, install, cache_dir, *warm = argv
     kind = Runner
     if os.path.isfile(os.path.join(job_dir, "topology.json")):  # a multi-instance job
@@ -379,6 +397,12 @@ def main(argv: list[str]) -> int:
         )
         raise
     return 0
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == [STANDBY]:
+        return stand_by(warm=WARM_STANDBY in argv)
+    return run_job(argv)
 
 
 if __name__ == "__main__":
