@@ -242,16 +242,19 @@ class MlflowTracker:
         run_name: str,
         parent_run_id: str,
         extra_tags: Mapping[str, str],
-        resolve: bool,
     ) -> str:
-        """A trial's run.  ``resolve``: another launcher may be creating it too (adopting or
-        reconciling a trial), so the oldest of the job's runs is kept (see :meth:`_resolve`)."""
-        run_id = self.create_run(
+        """A trial's run, under ``parent_run_id``."""
+        return self.create_run(
             record, run_name=run_name, parent_run_id=parent_run_id, extra_tags=extra_tags
         )
-        if not resolve:
-            return run_id
-        return self._resolve(run_id, _child_filter(parent_run_id, record.spec.name))
+
+    def resolve_child(self, run_id: str, parent_run_id: str, job_name: str) -> str:
+        """The run of a job under a parent run once ``run_id`` was made for it: the oldest
+        (see :meth:`_resolve`)."""
+        return self._resolve(run_id, _child_filter(parent_run_id, job_name))
+
+    def delete_run(self, run_id: str) -> None:
+        self._client.delete_run(run_id)
 
     def _resolve(self, run_id: str, filter_string: str) -> str:
         """The run that holds an identity once ``run_id`` was created for it: the oldest run

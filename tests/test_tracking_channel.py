@@ -11,11 +11,13 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
+from mlflow.tracking._tracking_service import client as mlflow_service_client
 
 from paiexp.backends.base import JobHandle, JobState, JobStatus
 from paiexp.metrics import MetricPoint
@@ -190,12 +192,11 @@ def test_runs_created_for_one_identity_resolve_to_the_oldest(tmp_path: Path) -> 
     assert second == first == tracker.find_sweep_run("sweep-1")
     spec = JobSpec(name="job-0", command="python train.py")
     record = make_record({"backend": {"name": "local"}}, spec, project_dir=tmp_path, overrides=())
-    children = [
-        tracker.create_child_run(
-            record, run_name="trial-0", parent_run_id=first, extra_tags={}, resolve=True
-        )
+    made = [
+        tracker.create_child_run(record, run_name="trial-0", parent_run_id=first, extra_tags={})
         for _ in range(2)
     ]
+    children = [tracker.resolve_child(run_id, first, "job-0") for run_id in reversed(made)]
     assert children[0] == children[1]
     client = MlflowClient(tracking_uri=tracker.uri)
     runs = client.search_runs([tracker.experiment_id], run_view_type=ViewType.ALL)
@@ -205,6 +206,40 @@ def test_runs_created_for_one_identity_resolve_to_the_oldest(tmp_path: Path) -> 
         "deleted",
         "deleted",
     ]
+
+
+def test_a_launcher_stalled_while_making_a_trials_run_keeps_the_adopters_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The launcher that asked for a trial stamps its run's start, then stalls; meanwhile
+    another launcher adopts the trial, finds no run, makes one and goes on with it.  The
+    stalled run, older but come second, is deleted: one run for the trial, the adopter's."""
+    setup = setup_in(tmp_path)
+    asker, adopter = TrackingWorker(setup), TrackingWorker(setup)
+    asker.apply(open_parent("sweep-1", None))
+    adopter.apply(open_parent("sweep-1", None, leader=False))
+    stamped = int(time.time() * 1000) - 1000  # the asker's start time, taken before its stall
+    make_run = asker.tracker.create_child_run
+
+    def stalled(*args: Any, **kwargs: Any) -> str:
+        adopted = adopter.apply(start_child("job-0", 0, adopted=True))
+        assert adopted is not None
+        kept.append(adopted.run_id)
+        monkeypatch.setattr(mlflow_service_client, "get_current_time_millis", lambda: stamped)
+        return make_run(*args, **kwargs)
+
+    kept: list[str] = []
+    monkeypatch.setattr(asker.tracker, "create_child_run", stalled)
+    shared = dataclasses.replace(start_child("job-0", 0), shared=True)
+    assert asker.apply(shared) == RunCreated("job-0", kept[0])
+    client = MlflowClient(tracking_uri=setup.tracker_uri)
+    experiment = client.get_run(asker.parent_run_id).info.experiment_id
+    runs = client.search_runs([experiment], "tags.`paiexp.trial_number` = '0'", ViewType.ALL)
+    by_stage = {run.info.lifecycle_stage: run for run in runs}
+    assert sorted(by_stage) == ["active", "deleted"]
+    assert by_stage["active"].info.run_id == kept[0]
+    assert by_stage["deleted"].info.start_time < by_stage["active"].info.start_time
+    assert asker.runs["job-0"] == adopter.runs["job-0"] == kept[0]
 
 
 def test_a_follower_whose_leader_never_made_the_parent_run_makes_it(

@@ -68,7 +68,7 @@ class Launcher:
         self.progress.say(prepared.projection.line())  # every check made: it will launch
         study, sweep = opened.study, opened.sweep_id
         # the command's tracking process, started ahead to load MLflow meanwhile, or a new one
-        tracker = self.tracker_factory(tracking_setup(prepared))
+        tracker = self.tracker_factory(tracking_setup(prepared, self.owner))
         tracker.notify = self.progress.say
         parent = parent_run(prepared, prepared.backend.name)
         # MLflow opens in the tracking process while trials run
@@ -124,7 +124,7 @@ def draw(study: Study, directory: Path) -> Drawn | None:
         return None
 
 
-def tracking_setup(prepared: PreparedSweep) -> TrackingSetup:
+def tracking_setup(prepared: PreparedSweep, launcher: str) -> TrackingSetup:
     config = prepared.config
     return TrackingSetup(
         tracker_uri=config.tracker.uri,
@@ -140,6 +140,7 @@ def tracking_setup(prepared: PreparedSweep) -> TrackingSetup:
         outage_timeout=config.tracker.outage_timeout,
         storage_outage_timeout=prepared.sweep.storage_outage_timeout,
         heartbeat_grace=prepared.sweep.heartbeat_grace,
+        launcher=launcher,
     )
 
 

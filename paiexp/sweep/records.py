@@ -27,6 +27,7 @@ PRUNING = "paiexp:pruning"
 SWEEP_ID = "paiexp:sweep_id"
 HEARTBEAT = "paiexp:heartbeat:"  # + the owner
 LOCK = "paiexp:lock"  # the row launchers lock in turn (paiexp.sweep.claims)
+RUN = "paiexp:run:"  # + parent run id:job name, a trial's run (paiexp.sweep.run_election)
 
 REASON_LIMIT = 2000  # characters of a failure reason kept in the storage
 

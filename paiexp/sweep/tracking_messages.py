@@ -37,6 +37,7 @@ class TrackingSetup:
     outage_timeout: float = 600.0  # tracker.outage_timeout, in seconds
     storage_outage_timeout: float = 300.0  # sweep.storage_outage_timeout, in seconds
     heartbeat_grace: float = 60.0  # sweep.heartbeat_grace, in seconds
+    launcher: str = ""  # the launcher's identity (its heartbeats'), as it names itself
 
 
 @dataclass(frozen=True)

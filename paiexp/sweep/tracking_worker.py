@@ -73,6 +73,7 @@ from paiexp.tracking import (
 )
 
 if TYPE_CHECKING:
+    from paiexp.sweep.claims import Claims
     from paiexp.tracking import MlflowTracker
 
 log = logging.getLogger(__name__)
@@ -235,6 +236,18 @@ class TrackingWorker:
         self.registered: str | None = None  # what sweep.register did
         self._tracker: MlflowTracker | None = None
         self._study: Any = None
+        self._claims: Claims | None = None
+
+    @property
+    def claims(self) -> Claims:
+        """The study's exclusive step, taken in turn with its launchers."""
+        if self._claims is None:
+            from paiexp.sweep.claims import create_claims
+            from paiexp.sweep.ownership import study_storage
+
+            storage, study_id = study_storage(self.study)
+            self._claims = create_claims(storage, study_id, self.setup.storage)
+        return self._claims
 
     @property
     def opened(self) -> bool:
@@ -480,16 +493,14 @@ class TrackingWorker:
         resolve to the oldest run."""
         record = self.record(call.record)
         maybe_made = call.adopted or retried
-        existing = self.tracker.child_run(self.parent_run_id, call.job_name) if maybe_made else None
-        if existing is not None:
-            run_id = existing.run_id
-            self.inherited.add(call.job_name)
-        else:
-            run_name = call.tags.get("mlflow.runName", call.job_name)
-            resolve = maybe_made or call.shared
-            run_id = self.create_child(record, run_name, call.tags, resolve=resolve)
-            if not resolve:  # surely this launcher's own new run
-                self.fresh[call.job_name] = record
+        run_name = call.tags.get("mlflow.runName", call.job_name)
+        if maybe_made or call.shared or self.followed_by_others():
+            run_id, existed = self.shared_child(call.job_name, record, run_name, call.tags)
+            if existed and maybe_made:
+                self.inherited.add(call.job_name)
+        else:  # surely this launcher's own new run
+            run_id = self.create_child(record, run_name, call.tags)
+            self.fresh[call.job_name] = record
         self.runs[call.job_name] = run_id
         self.tracker.log_record(run_id, record)
         return run_id
@@ -499,7 +510,7 @@ class TrackingWorker:
         then its record and what its job left logged together, and closed."""
         record = self.record(start.record)
         run_name = start.tags.get("mlflow.runName", start.job_name)
-        run_id = self.create_child(record, run_name, start.tags, resolve=False)
+        run_id = self.create_child(record, run_name, start.tags)
         self.runs[start.job_name] = run_id
         self.log_finish(run_id, finish, at=at, record=record, log_record=True)
         return run_id
@@ -541,9 +552,8 @@ class TrackingWorker:
                 continue
             if child is None:
                 record = self.record(trial.record)
-                run_id = self.create_child(
-                    record, f"trial-{trial.number}", trial.tags, resolve=True
-                )
+                run_name = f"trial-{trial.number}"
+                run_id, _ = self.shared_child(trial.job_name, record, run_name, trial.tags)
                 self.tracker.log_record(run_id, record)
             else:
                 run_id = child.run_id
@@ -570,17 +580,43 @@ class TrackingWorker:
                 resumed=child is not None,
             )
 
-    def create_child(
-        self, record: RunRecord, run_name: str, tags: dict[str, str], *, resolve: bool
-    ) -> str:
-        """A trial's run.  ``resolve``: another launcher may be creating it too (an adopted
-        or reconciled trial); a trial this launcher asked for is its own alone."""
+    def followed_by_others(self) -> bool:
+        """Whether other launchers have followed the study (their heartbeats are in it), as
+        read now: one may have adopted a trial since this launcher sent its call."""
+        from paiexp.sweep.ownership import heartbeats, study_storage
+
+        return any(owner != self.setup.launcher for owner in heartbeats(*study_storage(self.study)))
+
+    def shared_child(
+        self, job_name: str, record: RunRecord, run_name: str, tags: dict[str, str]
+    ) -> tuple[str, bool]:
+        """The run of a trial another launcher may make too (adopted, retried, reconciled or
+        in a shared study), and whether it existed: found, else made, then the one recorded
+        first in the study kept (:mod:`paiexp.sweep.run_election`; a run made here that came
+        second is deleted).  Where the study's exclusive step cannot be had, the oldest."""
+        from paiexp.sweep.ownership import study_storage
+        from paiexp.sweep.run_election import elect
+
+        existing = self.tracker.child_run(self.parent_run_id, job_name)
+        if existing is not None:
+            candidate = existing.run_id
+        else:
+            candidate = self.create_child(record, run_name, tags)
+        storage, study_id = study_storage(self.study)
+        identity = f"{self.parent_run_id}:{job_name}"
+        winner = elect(self.claims, storage, study_id, identity, candidate)
+        if existing is not None:
+            return winner or candidate, True
+        if winner is None:
+            return self.tracker.resolve_child(candidate, self.parent_run_id, job_name), False
+        if winner != candidate:
+            self.tracker.delete_run(candidate)
+        return winner, False
+
+    def create_child(self, record: RunRecord, run_name: str, tags: dict[str, str]) -> str:
+        """A new run for a trial, under the parent run."""
         return self.tracker.create_child_run(
-            record,
-            run_name=run_name,
-            parent_run_id=self.parent_run_id,
-            extra_tags=tags,
-            resolve=resolve,
+            record, run_name=run_name, parent_run_id=self.parent_run_id, extra_tags=tags
         )
 
     def record(self, record: TrialRecord) -> RunRecord:
