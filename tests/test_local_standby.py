@@ -87,15 +87,24 @@ def test_a_standby_runner_imports_what_its_job_will_need_before_the_job(
 
 def test_a_standby_runner_whose_launcher_is_gone_leaves_without_a_job(tmp_path: Path) -> None:
     """The launcher's end of the pipe closes when it dies: the runner exits, running nothing."""
-    root = str(tmp_path / "jobs")
+    runner = kill_a_launcher_after(tmp_path / "jobs")
+    wait_until(lambda: not process_alive(runner, None), 30, "the orphaned standby runner to exit")
+    assert not (tmp_path / "jobs").exists()
+
+
+def kill_a_launcher_after(root: Path, *steps: str) -> int:
+    """Start a launcher whose backend keeps a runner on standby, let it take ``steps``
+    (Python lines), then SIGKILL it; the pid of its standby runner, alive as it was killed."""
     script = "\n".join(
         [
-            "import sys, time",
+            "import time",
             "from pathlib import Path",
             "from paiexp.backends.local import LocalBackend",
             "from paiexp.config import LocalBackendConfig",
-            f"backend = LocalBackend(LocalBackendConfig(root={root!r}), Path('/'))",
+            "from paiexp.spec import JobSpec",
+            f"backend = LocalBackend(LocalBackendConfig(root={str(root)!r}), Path('/'))",
             "backend.set_concurrency(1)",
+            *steps,
             "print(backend._standby.process.pid, flush=True)",
             "time.sleep(600)",
         ]
@@ -106,8 +115,7 @@ def test_a_standby_runner_whose_launcher_is_gone_leaves_without_a_job(tmp_path: 
     assert process_alive(runner, None)
     launcher.send_signal(signal.SIGKILL)
     launcher.wait()
-    wait_until(lambda: not process_alive(runner, None), 30, "the orphaned standby runner to exit")
-    assert not (tmp_path / "jobs").exists()
+    return runner
 
 
 def test_jobs_handed_over_together_each_run_in_a_session_of_their_runner(tmp_path: Path) -> None:
@@ -143,26 +151,11 @@ def test_a_job_handed_over_runs_on_after_its_launcher_is_killed(tmp_path: Path) 
     """The standby runner leaves with its launcher; the runner it forked finishes the job."""
     root = tmp_path / "jobs"
     go = tmp_path / "go"
-    script = "\n".join(
-        [
-            "import time",
-            "from pathlib import Path",
-            "from paiexp.backends.local import LocalBackend",
-            "from paiexp.config import LocalBackendConfig",
-            "from paiexp.spec import JobSpec",
-            f"backend = LocalBackend(LocalBackendConfig(root={str(root)!r}), Path('/'))",
-            "backend.set_concurrency(1)",
-            f"command = 'while [ ! -e {go} ]; do sleep 0.05; done; echo done'",
-            "backend.submit(JobSpec(name='detached', command=command))",
-            "print(backend._standby.process.pid, flush=True)",
-            "time.sleep(600)",
-        ]
+    standby = kill_a_launcher_after(
+        root,
+        f"command = 'while [ ! -e {go} ]; do sleep 0.05; done; echo done'",
+        "backend.submit(JobSpec(name='detached', command=command))",
     )
-    launcher = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    assert launcher.stdout is not None
-    standby = int(launcher.stdout.readline())
-    launcher.send_signal(signal.SIGKILL)
-    launcher.wait()
     wait_until(lambda: not process_alive(standby, None), 30, "the standby runner to exit")
     go.touch()
     state_file = root / "detached" / "state.json"
