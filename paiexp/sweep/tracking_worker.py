@@ -489,8 +489,8 @@ class TrackingWorker:
     def start_child(self, call: StartChild, *, retried: bool = False) -> str:
         """Create a trial's run and log its record.  An adopted trial's run may exist, and so
         may a retried call's: either is found and reused.  In a shared study, a launcher may
-        adopt the trial while this call waits in the queue (this launcher stalled): both
-        resolve to the oldest run."""
+        adopt the trial while this call waits in the queue (this launcher stalled): both keep
+        the run recorded first in the study (:meth:`shared_child`)."""
         record = self.record(call.record)
         maybe_made = call.adopted or retried
         run_name = call.tags.get("mlflow.runName", call.job_name)
