@@ -28,6 +28,7 @@ from conftest import (
     run_paiexp,
     wait_until,
 )
+from gates import Gates
 from sweep_helpers import load_study, running_jobs, synthetic_project
 
 import paiexp
@@ -269,28 +270,21 @@ def test_a_sweep_launched_without_waiting_outlives_the_process_that_launched_it(
 
 def test_a_cli_sweep_is_read_and_stopped_from_python_while_it_runs(tmp_path: Path) -> None:
     root = project_with_sweep(tmp_path, n_trials=6, parallelism=2)
-    gates = root / "gates"  # each job runs until the test opens its gate
-    gates.mkdir()
-
-    def held(count: int) -> list[Path] | None:
-        waiting = [p for p in gates.glob("*.held") if not p.with_suffix(".open").exists()]
-        return waiting if len(waiting) == count else None
-
+    gates = Gates(root / "gates")  # each job runs until the test opens its gate
     with open(root / "launcher.log", "w") as log:
         launcher = subprocess.Popen(
             [sys.executable, "-m", "paiexp", "+sweep=syn"],
             cwd=root,
-            env=clean_env(LEDGER=str(root / "ledger.txt"), GATES=str(gates)),
+            env=clean_env(LEDGER=str(root / "ledger.txt"), **gates.env()),
             stdout=log,
             stderr=subprocess.STDOUT,
         )
     try:
-        for job in wait_until(lambda: held(2), 120, "two jobs to run"):
-            job.with_suffix(".open").touch()
+        gates.open(gates.wait_held(2))
         wait_until(lambda: (root / "optuna.journal").exists(), 60, "the study to exist")
         sweep = paiexp.attach_sweep("syn", project=root)
         wait_until(lambda: sweep.counts()["complete"] == 2, 120, "two trials to complete")
-        wait_until(lambda: held(2), 120, "the next two jobs to run")
+        gates.wait_held(2)  # the next two jobs run
         partial = sweep.results()
         assert (partial["state"] == "COMPLETE").sum() == 2
         assert (partial["state"] == "RUNNING").sum() == 2
