@@ -1,7 +1,9 @@
-"""The MLflow tracking server goes away for 30 s in the middle of a sweep, and comes back.
+"""The MLflow tracking server goes away in the middle of a sweep, and comes back.
 
-The sweep's trials keep running and finishing meanwhile; the tracking process waits for the
-server with its calls queued in order, then writes them: every trial ends with one FINISHED
+The sweep's trials keep running and finishing meanwhile (jobs held at their gates,
+tests/gates.py, until the server is down: two waves of trials end in the outage by
+construction); the tracking process waits for the server with its calls queued in order,
+then writes them: every trial ends with one FINISHED
 run holding all its metric points once, and one logged model.  The server is the real
 ``mlflow server`` of tests/servers.py (PostgreSQL behind it), stopped and started again on
 its port.  An outage longer than ``tracker.outage_timeout`` stops the sweep submitting; the
@@ -14,32 +16,34 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import clean_env, wait_until
+from gates import Gates
 from servers import MlflowServer
 from sweep_helpers import load_study, synthetic_project
 from tracking_proxy import Cut, tracking_proxy, trial_points
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
-OUTAGE = 30.0
-N_TRIALS = 10
+N_TRIALS = 6  # three waves of two: one before the outage, two in it
 STEPS = 4
-SWEEP = {
-    "params": {"x": "interval(-3, 3)", "duration": 8.0, "steps": STEPS, "model": "true"},
+SWEEP = {  # each job is held at its gate once its steps are printed, until the test opens it
+    "params": {"x": "interval(-3, 3)", "duration": 0.2, "steps": STEPS, "model": "true"},
     "n_trials": N_TRIALS,
     "parallelism": 2,
     "sampler": {"name": "random", "seed": 3},
 }
 
 
-def launch(root: Path, uri: str, experiment: str, *overrides: str) -> subprocess.Popen[bytes]:
-    """The sweep's launcher, its output in launcher.log (appended)."""
+def launch(
+    root: Path, uri: str, experiment: str, *overrides: str, gates: Gates | None = None
+) -> subprocess.Popen[bytes]:
+    """The sweep's launcher, its output in launcher.log (appended); its jobs held at
+    ``gates``, if given."""
     with open(root / "launcher.log", "a") as log:
         return subprocess.Popen(
             [
@@ -47,7 +51,7 @@ def launch(root: Path, uri: str, experiment: str, *overrides: str) -> subprocess
                 *(f"tracker.uri={uri}", f"tracker.experiment={experiment}", *overrides),
             ],
             cwd=root,
-            env=clean_env(LEDGER=str(root / "ledger.txt")),
+            env=clean_env(LEDGER=str(root / "ledger.txt"), **(gates.env() if gates else {})),
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -103,38 +107,46 @@ def trial_runs(client: Any, experiment: str) -> tuple[list[Any], list[Any]]:
     return parents, children
 
 
+def log(root: Path) -> str:
+    """What the sweep's launchers printed."""
+    return (root / "launcher.log").read_text()
+
+
 def complete_trials(root: Path) -> int:
     from optuna.trial import TrialState
 
     return len(load_study(root).get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
 
 
-def test_a_tracking_server_down_30_s_mid_sweep_loses_and_duplicates_nothing(
+def test_a_tracking_server_down_mid_sweep_loses_and_duplicates_nothing(
     tmp_path: Path, tracking_server: MlflowServer
 ) -> None:
     from mlflow.tracking import MlflowClient
 
     root = synthetic_project(tmp_path, SWEEP)
     client = MlflowClient(tracking_uri=tracking_server.uri)
-    launcher = launch(root, tracking_server.uri, "outage")
+    gates = Gates(tmp_path / "gates")
+    launcher = launch(root, tracking_server.uri, "outage", gates=gates)
     try:
+        gates.open(gates.wait_held(2))
         wait_until(lambda: a_run_finished(client, "outage"), 120, "a trial's run to finish")
+        in_flight = gates.wait_held(2)
         tracking_server.stop()
         try:
-            complete_before = complete_trials(root)
-            time.sleep(OUTAGE)
-            complete_during = complete_trials(root) - complete_before
+            gates.open(in_flight)  # they end in the outage, and the sweep submits more
+            gates.open(gates.wait_held(2))
+            wait_until(lambda: complete_trials(root) == N_TRIALS, 120, "every trial to complete")
+            wait_until(lambda: "is not answering" in log(root), 120, "tracking to find it gone")
+            assert launcher.poll() is None, "the sweep ended while the server was down"
         finally:
             tracking_server.start()
-        assert launcher.poll() is None, "the sweep ended while the server was down"
-        assert launcher.wait(timeout=240) == 0, (root / "launcher.log").read_text()
+        assert launcher.wait(timeout=240) == 0, log(root)
     finally:
         if launcher.poll() is None:
             launcher.kill()
             launcher.wait()
 
-    output = (root / "launcher.log").read_text()
-    assert complete_during >= 2, "trials stopped finishing while the server was down"
+    output = log(root)
     assert "is not answering" in output and "is back after" in output, output
     assert "MLflow calls failed" not in output, output
     assert_one_finished_run_per_trial(client, "outage", root)
@@ -147,11 +159,18 @@ def test_past_tracker_outage_timeout_it_stops_submitting_and_the_next_launch_wri
 
     root = synthetic_project(tmp_path, SWEEP)
     client = MlflowClient(tracking_uri=tracking_server.uri)
-    launcher = launch(root, tracking_server.uri, "gave-up", "tracker.outage_timeout=3")
+    gates = Gates(tmp_path / "gates")
+    launcher = launch(root, tracking_server.uri, "gave-up", "tracker.outage_timeout=3", gates=gates)
     try:
+        gates.open(gates.wait_held(2))
         wait_until(lambda: a_run_finished(client, "gave-up"), 120, "a trial's run to finish")
+        in_flight = gates.wait_held(2)
         tracking_server.stop()
         try:
+            # Said at once, its slots still taken: the jobs in flight were held through it.
+            gave_up = "no new trials: MLflow tracking failed"
+            wait_until(lambda: gave_up in log(root), 120, "the launcher to give tracking up")
+            gates.open(in_flight)
             code = launcher.wait(timeout=120)
         finally:
             tracking_server.start()
@@ -159,15 +178,15 @@ def test_past_tracker_outage_timeout_it_stops_submitting_and_the_next_launch_wri
         if launcher.poll() is None:
             launcher.kill()
             launcher.wait()
-    output = (root / "launcher.log").read_text()
+    output = log(root)
     assert code == 1, output
     assert "stopped submitting: MLflow tracking failed" in output, output
     assert "tracker.outage_timeout: the MLflow tracking server at" in output, output
     ran = load_study(root).get_trials(deepcopy=False)
-    assert 0 < len(ran) < N_TRIALS and {t.state.name for t in ran} == {"COMPLETE"}
+    assert [t.state.name for t in ran] == ["COMPLETE"] * 4  # no trial after it gave up
 
     again = launch(root, tracking_server.uri, "gave-up")
-    assert again.wait(timeout=240) == 0, (root / "launcher.log").read_text()
+    assert again.wait(timeout=240) == 0, log(root)
     assert_one_finished_run_per_trial(client, "gave-up", root)
 
 
@@ -189,11 +208,11 @@ def test_a_relaunch_after_the_server_went_away_mid_write_logs_each_point_once(
         proxy.cut_at(Cut(trial_points, keep=keep))
         first = launch(root, proxy.uri, experiment, "tracker.outage_timeout=2")
         first.wait(timeout=120)  # 1, or 0 when every trial had ended before it gave up
-        output = (root / "launcher.log").read_text()
+        output = log(root)
         assert proxy.down.is_set(), "the server never went away"
         assert "the next launch of this sweep re-applies what is missing" in output, output
         proxy.restore()
         again = launch(root, proxy.uri, experiment)
-        assert again.wait(timeout=240) == 0, (root / "launcher.log").read_text()
+        assert again.wait(timeout=240) == 0, log(root)
     client = MlflowClient(tracking_uri=tracking_server.uri)
     assert_one_finished_run_per_trial(client, experiment, root, n_trials)

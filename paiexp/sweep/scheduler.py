@@ -206,6 +206,7 @@ class Scheduler:
 
     def _may_submit(self) -> bool:
         """Whether a slot is free and nothing stops the sweep (the budget aside)."""
+        self._check_tracking_failed()  # slots taken or not: it is said at once
         if self.stop_reason or len(self.inflight) >= self.sweep.parallelism:
             return False
         stop = self._why_stop()
@@ -222,8 +223,6 @@ class Scheduler:
             return self.jobs.refused, True
         if self.interrupts:
             return "interrupted", False
-        if self.tracker.fatal:
-            return f"MLflow tracking failed: {self.tracker.fatal}", True
         if sweep.timeout is not None and time.monotonic() - self.started > sweep.timeout:
             return f"sweep.timeout of {sweep.timeout:g} s reached", False
         if sweep.max_failures is not None:
@@ -245,6 +244,15 @@ class Scheduler:
         """Stop the sweep when MLflow's store could not be written for a full disk."""
         if self.tracker.disk_full:
             raise self.tracker.disk_full
+
+    def _check_tracking_failed(self) -> None:
+        """No new trials once MLflow tracking failed for good, said as soon as it did (not
+        when a slot frees): the running trials run to their end."""
+        if self.stop_reason or not self.tracker.fatal:
+            return
+        self.stop_reason = f"MLflow tracking failed: {self.tracker.fatal}"
+        self.stop_failed = True
+        self.progress.say(f"no new trials: {self.stop_reason}; the running ones run to their end")
 
     def _observe(self, flight: InFlight, points: list[MetricPoint]) -> None:
         """Report the pruning metric's new steps; stop the job when Optuna says prune."""
