@@ -15,6 +15,7 @@ from typing import Any
 
 import optuna
 import pytest
+from conftest import assert_stays
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 from mlflow.tracking._tracking_service import client as mlflow_service_client
@@ -150,8 +151,7 @@ def test_launchers_sharing_a_study_share_its_parent_run_and_best_tag(tmp_path: P
         target=follower.apply, args=(open_parent("sweep-1", None, leader=False),)
     )
     waiting.start()
-    time.sleep(1.0)
-    assert waiting.is_alive()
+    assert_stays(waiting.is_alive, 1.0, "the follower waiting for its leader's parent run")
     leader.apply(open_parent("sweep-1", None))
     waiting.join(timeout=30)
     assert follower.parent_run_id == leader.parent_run_id
@@ -272,9 +272,8 @@ def test_a_follower_makes_the_parent_run_once_its_leader_falls_silent(tmp_path: 
     waiting = threading.Thread(
         target=follower.apply, args=(open_parent("sweep-1", None, leader=False),)
     )
-    waiting.start()
-    time.sleep(4.0)
-    assert waiting.is_alive(), "the follower made the run while its leader heartbeat"
+    waiting.start()  # twice the grace: its leader's heartbeats keep it waiting
+    assert_stays(waiting.is_alive, 2 * setup.heartbeat_grace, "the follower waiting")
     silent.set()
     fell_silent = time.monotonic()
     beating.join()
