@@ -6,6 +6,7 @@ The study and its runs are written directly (a journal of 2,000 finished trials,
 through MLflow's client, as a sweep's tracking writes them), in a temporary directory.
 
     python benchmarks/api.py [--trials 2000] [--repeats 5]
+    python benchmarks/api.py --quick      # seconds: 2 trials, once
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench_harness import parse_args
 
 IMPORT_GOAL, RESULTS_GOAL = 0.3, 2.0
 HEAVY = ("mlflow", "optuna", "pandas", "oss2", "docker")
@@ -52,6 +55,7 @@ def write_study(root: Path, trials: int) -> tuple[str, str]:
     from mlflow.tracking import MlflowClient
     from optuna.distributions import FloatDistribution
 
+    from paiexp.sqlite_store import create_sqlite_database
     from paiexp.sweep.study import create_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -60,6 +64,7 @@ def write_study(root: Path, trials: int) -> tuple[str, str]:
         study_name="bench", storage=create_storage(storage_path), direction="maximize"
     )
     uri = f"sqlite:///{root / 'mlflow.db'}"
+    create_sqlite_database(uri)  # as a sweep's tracking makes it: MLflow's schema, cached
     client = MlflowClient(tracking_uri=uri)
     experiment = client.create_experiment("bench")
     parent = client.create_run(experiment, run_name="bench").info.run_id
@@ -98,7 +103,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args()
+    args = parse_args(parser, trials=2, repeats=1)
 
     imported, startup, heavy = import_seconds(args.repeats)
     print(f"import paiexp:           {imported:.3f} s (goal <= {IMPORT_GOAL} s; the interpreter")

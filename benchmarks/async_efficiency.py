@@ -1,7 +1,7 @@
 """Slot utilization of paiexp's asynchronous launcher against a batch-synchronous loop.
 
-24 sleep jobs whose duration (0.2-2.0 s) is their one parameter run at parallelism 4, three
-ways, in this one run and with the same durations in the same order:
+24 sleep jobs (``--jobs``) whose duration (0.2-2.0 s) is their one parameter run at
+parallelism 4, three ways, in this one run and with the same durations in the same order:
 
 - paiexp: the sweep launcher (local backend, Optuna journal storage, MLflow tracking);
 - batch: ask 4 trials, run their jobs (same backend), wait for all 4, tell, repeat
@@ -11,7 +11,8 @@ ways, in this one run and with the same durations in the same order:
 Slot utilization = sum(durations) / (4 x makespan); paiexp's makespan runs from its loop's
 start to its last trial told. Goals: paiexp >= 0.95 x ideal and >= 1.25 x batch.
 
-    python benchmarks/async_efficiency.py [--seed 0]
+    python benchmarks/async_efficiency.py [--seed 0] [--jobs 24]
+    python benchmarks/async_efficiency.py --quick     # seconds: 4 jobs
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_harness import parse_args
 from bench_project import write_project
 
-REPO = Path(__file__).resolve().parents[1]
-JOBS, SLOTS = 24, 4
+SLOTS = 4
 JOB = {
     "name": "sleeper",
     "command": "sleep $PAI_HPS_DURATION; echo score=$PAI_HPS_DURATION",
@@ -41,7 +42,7 @@ def make_project(root: Path, durations: list[float]) -> None:
     sweep = {
         "objective": {"metric": "score", "direction": "minimize"},
         "params": {"duration": "interval(0.2, 2.0)"},
-        "n_trials": JOBS,
+        "n_trials": len(durations),
         "parallelism": SLOTS,
         "sampler": {"name": "random", "seed": 0},
         "enqueue": [{"duration": d} for d in durations],
@@ -57,7 +58,7 @@ def ideal_makespan(durations: list[float]) -> float:
     return max(slots)
 
 
-def run_paiexp(root: Path) -> float:
+def run_paiexp(root: Path, jobs: int) -> float:
     from paiexp.compose import compose as compose_config
     from paiexp.compose import locate_project, to_object
     from paiexp.sweep.launcher import Launcher
@@ -69,7 +70,7 @@ def run_paiexp(root: Path) -> float:
     cfg = compose_config(project, ["+sweep=sleep"])
     config = to_object(cfg)
     prepared = prepare_sweep(cfg, config, project.base_dir, ("+sweep=sleep",))
-    launcher = Launcher(prepared, Progress(JOBS, prepared.objectives))
+    launcher = Launcher(prepared, Progress(jobs, prepared.objectives))
     marks: dict[str, float] = {}
     loop = Scheduler.run
 
@@ -84,7 +85,7 @@ def run_paiexp(root: Path) -> float:
     finally:
         Scheduler.run = loop  # type: ignore[method-assign]
     states = {t.state.name for t in outcome.study.trials}
-    assert states == {"COMPLETE"} and len(outcome.study.trials) == JOBS, states
+    assert states == {"COMPLETE"} and len(outcome.study.trials) == jobs, states
     return marks["end"] - marks["start"]
 
 
@@ -105,8 +106,8 @@ def run_batch(root: Path, durations: list[float]) -> float:
     space = {"duration": optuna.distributions.FloatDistribution(0.2, 2.0)}
     definition = MetricDefinition("score", r"score=([0-9.]+)")
     started = time.perf_counter()
-    for batch in range(0, JOBS, SLOTS):
-        trials = [study.ask(space) for _ in range(SLOTS)]
+    for batch in range(0, len(durations), SLOTS):
+        trials = [study.ask(space) for _ in range(min(SLOTS, len(durations) - batch))]
         handles = [
             backend.submit(
                 JobSpec(
@@ -131,9 +132,10 @@ def run_batch(root: Path, durations: list[float]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    parser.add_argument("--jobs", type=int, default=24)
+    args = parse_args(parser, jobs=4)
     rng = random.Random(args.seed)
-    durations = [round(rng.uniform(0.2, 2.0), 3) for _ in range(JOBS)]
+    durations = [round(rng.uniform(0.2, 2.0), 3) for _ in range(args.jobs)]
     total = sum(durations)
 
     workdir = Path(tempfile.mkdtemp(prefix="paiexp-async-"))
@@ -142,11 +144,11 @@ def main() -> None:
     os.environ.pop("MLFLOW_TRACKING_URI", None)
 
     ideal = total / (SLOTS * ideal_makespan(durations))
-    paiexp_makespan = run_paiexp(workdir)
+    paiexp_makespan = run_paiexp(workdir, args.jobs)
     batch_makespan = run_batch(workdir, durations)
     paiexp = total / (SLOTS * paiexp_makespan)
     batch = total / (SLOTS * batch_makespan)
-    print(f"{JOBS} sleep jobs, {total:.1f} s of sleep, parallelism {SLOTS}, seed {args.seed}")
+    print(f"{args.jobs} sleep jobs, {total:.1f} s of sleep, parallelism {SLOTS}, seed {args.seed}")
     print(f"ideal greedy: makespan {ideal_makespan(durations):6.2f} s  utilization {ideal:.3f}")
     print(f"paiexp:       makespan {paiexp_makespan:6.2f} s  utilization {paiexp:.3f}")
     print(f"batch loop:   makespan {batch_makespan:6.2f} s  utilization {batch:.3f}")

@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-REPO = Path(__file__).resolve().parents[1]
+from bench_harness import REPO
 
 
 def write_project(root: Path, job: dict[str, Any], sweep_name: str, sweep: dict[str, Any]) -> Path:

@@ -8,6 +8,7 @@ it, ``--repeats`` times. Prints the median and the slowest of each against its g
 download imported MLflow (it reads the SQLite store and the run's files directly).
 
     python benchmarks/cli_latency.py [--repeats 7]
+    python benchmarks/cli_latency.py --quick      # seconds: once
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from bench_harness import REPO, parse_args
+
 GOALS = {"--help": 0.5, "download": 2.0}
 TINY_JOB = """\
 name: tiny
@@ -55,7 +57,7 @@ def tracked_run(project: Path, env: dict[str, str]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
-    args = parser.parse_args()
+    args = parse_args(parser, repeats=1)
 
     project = Path(tempfile.mkdtemp(prefix="paiexp-cli-latency-"))
     shutil.copytree(REPO / "conf", project / "conf")

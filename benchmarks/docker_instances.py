@@ -10,6 +10,7 @@ container's collection and removal, and the network's). Prints the medians, thei
 differences and ratios.
 
     bash tests/images/build.sh && python benchmarks/docker_instances.py [--repeats 10]
+    python benchmarks/docker_instances.py --quick     # seconds: once
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from docker_overhead import REPO, test_image
+from bench_harness import REPO, docker_image_tag, parse_args
 
 SHAPES = {"1 instance": ["job.instance_count=1"], "2 instances": ["job.instance_count=2"]}
 
@@ -32,8 +33,8 @@ SHAPES = {"1 instance": ["job.instance_count=1"], "2 instances": ["job.instance_
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--image", default=test_image(), help="default: the test image")
-    args = parser.parse_args()
+    parser.add_argument("--image", default=docker_image_tag(), help="default: the test image")
+    args = parse_args(parser, repeats=1)
 
     workdir = Path(tempfile.mkdtemp(prefix="paiexp-docker-instances-"))
     for name in ("conf", "examples"):

@@ -10,13 +10,13 @@ The XGBoost job runs in the test image (Debian's Python 3.11, XGBoost 1.7, panda
 under docker and in this interpreter locally, so part of its difference is the libraries'.
 
     bash tests/images/build.sh && python benchmarks/docker_overhead.py [--repeats 10]
+    python benchmarks/docker_overhead.py --quick      # seconds: once
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import os
 import shutil
 import statistics
@@ -25,24 +25,19 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-BUILD_SCRIPT = REPO / "tests" / "images" / "build.sh"
+from bench_harness import REPO, docker_image_tag, parse_args
+
 JOBS = {
     "xgb example, 20 rounds": ["job.hyperparameters.n_estimators=20"],
     "no-op shell command": ["job.command='echo test-auc=1'"],
 }
 
 
-def test_image() -> str:
-    """The tag tests/images/build.sh gives the image it builds."""
-    return f"paiexp-test/bookworm-xgb:{hashlib.sha256(BUILD_SCRIPT.read_bytes()).hexdigest()[:12]}"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--image", default=test_image(), help="default: the test image")
-    args = parser.parse_args()
+    parser.add_argument("--image", default=docker_image_tag(), help="default: the test image")
+    args = parse_args(parser, repeats=1)
 
     workdir = Path(tempfile.mkdtemp(prefix="paiexp-docker-overhead-"))
     for name in ("conf", "examples"):

@@ -8,6 +8,7 @@ are listed too are counted in both (``Trial.set_user_attr`` within ``TrialJobs.t
 
     python benchmarks/launcher_cpu.py [--trials 200] [--parallelism 32]
         [--min-duration 5] [--max-duration 20] [--sampler random]
+    python benchmarks/launcher_cpu.py --quick     # seconds: scale.py's quick sweep
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from scale import prepare_here, workload_options
+from bench_harness import parse_args
+from scale import QUICK_WORKLOAD, prepare_here, workload_options
 
 SPENT: dict[str, float] = defaultdict(float)
 CALLS: dict[str, int] = defaultdict(int)
@@ -105,7 +107,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     workload_options(parser, trials=200, parallelism=32, min_duration=5, max_duration=20)
     parser.add_argument("--sampler", default="random")
-    args = parser.parse_args()
+    args = parse_args(parser, **QUICK_WORKLOAD)
 
     from paiexp.sweep.launcher import Launcher
     from paiexp.sweep.progress import Progress

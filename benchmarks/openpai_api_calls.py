@@ -13,6 +13,7 @@ job in flight per tick. Submissions are the ``POST /api/v2/jobs`` sent (goal: 1 
 and the jobs the cluster created (exactly 1 per trial).
 
     python benchmarks/openpai_api_calls.py [--parallelism 1 4 16] [--per-slot 2] [--duration 3]
+    python benchmarks/openpai_api_calls.py --quick    # seconds: 2 trials at parallelism 2
 """
 
 from __future__ import annotations
@@ -27,12 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_harness import REPO, docker_image_tag, parse_args
 from bench_project import write_project
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-
-from openpai_server import OpenPaiServer  # noqa: E402
 
 POLL_INTERVAL = 0.5
 STORAGE = "confignfs"
@@ -77,17 +74,11 @@ def project(root: Path, trials: int, parallelism: int, duration: float) -> Path:
     return write_project(root, job, "bench", sweep)
 
 
-def test_image() -> str:
-    """The test image's tag (tests/images/build.sh builds it first if this machine has none)."""
-    build = REPO / "tests" / "images" / "build.sh"
-    return subprocess.run(
-        ["bash", str(build)], capture_output=True, text=True, check=True
-    ).stdout.strip()
-
-
 def measure(
     workdir: Path, image: str, parallelism: int, per_slot: int, duration: float
 ) -> dict[str, float]:
+    from openpai_server import OpenPaiServer  # tests/, on the path through bench_harness
+
     trials = parallelism * per_slot
     root = project(workdir / f"p{parallelism}", trials, parallelism, duration)
     with OpenPaiServer(workdir / f"cluster-p{parallelism}") as server:
@@ -137,9 +128,9 @@ def main() -> None:
     parser.add_argument("--parallelism", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--per-slot", type=int, default=2, help="trials per parallel slot")
     parser.add_argument("--duration", type=float, default=3.0, help="seconds each job works")
-    args = parser.parse_args()
+    args = parse_args(parser, parallelism=[2], per_slot=1, duration=0.5)
 
-    image = test_image()
+    image = docker_image_tag()
     workdir = Path(tempfile.mkdtemp(prefix="paiexp-openpai-calls-"))
     print(
         f"{'parallelism':>11} {'trials':>6} {'sweep s':>8} {'ticks':>6} {'status req':>10} "

@@ -8,6 +8,7 @@ median of each and their ratio (goal: <= 1.10), and separately the one-off cost 
 of composing the config with Hydra, which a sweep pays once for all its trials.
 
     python benchmarks/overhead.py [--repeats 10]
+    python benchmarks/overhead.py --quick     # seconds: once
 """
 
 from __future__ import annotations
@@ -24,14 +25,15 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from bench_harness import REPO, parse_args
+
 GOAL = 1.10
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=10)
-    args = parser.parse_args()
+    args = parse_args(parser, repeats=1)
 
     workdir = Path(tempfile.mkdtemp(prefix="paiexp-overhead-"))
     for name in ("conf", "examples"):

@@ -15,6 +15,7 @@ polling every 2.5 s, the SDK pattern every 1.25 s and 0.25 s), which leaves the 
 trial as they would be at full scale.
 
     python benchmarks/pai_api_calls.py [--trials 20] [--parallelism 5] [--scale 0.25]
+    python benchmarks/pai_api_calls.py --quick    # seconds: 2 trials at 2, scale 0.02
 """
 
 from __future__ import annotations
@@ -30,12 +31,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from bench_harness import REPO, parse_args
 from bench_project import write_project
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-
-from emulator import Emulator  # noqa: E402
 
 SDK_STATUS_INTERVAL = 5.0  # pai.job.TrainingJob.wait: GetTrainingJob every 5 s
 SDK_LOG_INTERVAL = 1.0  # its log printer: ListTrainingJobLogs every 1 s
@@ -93,11 +90,13 @@ def sdk_requests(jobs: list[dict], scale: float) -> float:
 
 
 def main() -> None:
+    from emulator import Emulator  # tests/, on the path through bench_harness
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--parallelism", type=int, default=5)
     parser.add_argument("--scale", type=float, default=0.25)
-    args = parser.parse_args()
+    args = parse_args(parser, trials=2, parallelism=2, scale=0.02)
 
     workdir = Path(tempfile.mkdtemp(prefix="paiexp-pai-calls-"))
     root = project(workdir / "project", args.trials, args.parallelism, args.scale)

@@ -7,6 +7,7 @@ raw profile for ``python -m pstats``.
 
     python benchmarks/profile_launcher.py [--trials 300] [--parallelism 64]
         [--min-duration 1] [--max-duration 3] [--sampler random] [--out launcher.prof]
+    python benchmarks/profile_launcher.py --quick     # seconds: scale.py's quick sweep
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from scale import prepare_here, workload_options
+from bench_harness import parse_args
+from scale import QUICK_WORKLOAD, prepare_here, workload_options
 
 
 def main() -> None:
@@ -29,7 +31,7 @@ def main() -> None:
     parser.add_argument("--sampler", default="random")
     parser.add_argument("--top", type=int, default=45)
     parser.add_argument("--out", default="launcher.prof")
-    args = parser.parse_args()
+    args = parse_args(parser, **QUICK_WORKLOAD, top=5)
     out = Path(args.out).resolve()
 
     from paiexp.sweep.launcher import Launcher

@@ -20,7 +20,8 @@ cost is the sampling time); <= 400 MB RSS each; TPE's utilization / ideal no mor
 below random's (sampling does not starve the loop that follows the jobs).
 
     python benchmarks/scale.py [--trials 2000] [--parallelism 128] [--samplers random tpe]
-    python benchmarks/scale.py --trials 200 --parallelism 32     # a quick check
+    python benchmarks/scale.py --trials 200 --parallelism 32     # a shorter check
+    python benchmarks/scale.py --quick    # seconds: 4 trials of 0.1-0.3 s at 2
 """
 
 from __future__ import annotations
@@ -40,13 +41,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench_harness import parse_args
 from bench_project import write_project
 
 if TYPE_CHECKING:
     from paiexp.sweep.prepared import PreparedSweep
 
-REPO = Path(__file__).resolve().parents[1]
 GOALS = {"utilization": 0.90, "cpu_ms": 5.0, "rss_mb": 400.0, "tpe_cost": 0.03}
+# --quick: the smallest sweep, for every benchmark that runs it.
+QUICK_WORKLOAD = {"trials": 4, "parallelism": 2, "min_duration": 0.1, "max_duration": 0.3}
 # The sleep: lo + (hi - lo) * frac(x * 1000003), to the millisecond (see sleep_of).
 SLEEP = (
     'awk -v x="$PAI_HPS_X" -v lo="$PAI_HPS_LO" -v hi="$PAI_HPS_HI" '
@@ -294,7 +297,7 @@ def main() -> None:
     parser.add_argument("--samplers", nargs="+", default=["random", "tpe"])
     parser.add_argument("--child", help=argparse.SUPPRESS)  # run one sampler's sweep here
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parse_args(parser, **QUICK_WORKLOAD)
     if args.child:
         print(json.dumps(run_one(args)))
         return

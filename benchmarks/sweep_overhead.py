@@ -14,6 +14,7 @@ The seeded sampler proposes the same points both times (the training is determin
 Prints every leg and the ratio of the sums. Goal: <= 1.15.
 
     python benchmarks/sweep_overhead.py [--trials 20]
+    python benchmarks/sweep_overhead.py --quick   # seconds: 1 trial
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from bench_harness import REPO, parse_args
+
 GOAL = 1.15
 
 
@@ -95,7 +97,7 @@ def run_bare(workdir: Path, arguments: list[list[str]], env: dict[str, str]) -> 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=20)
-    args = parser.parse_args()
+    args = parse_args(parser, trials=1)
 
     workdir = Path(tempfile.mkdtemp(prefix="paiexp-sweep-overhead-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import shutil
 import subprocess
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from image_tags import docker_image_tag, torch_image_tag
 
 pytest_plugins = ["cli_backends"]  # the cli_backend fixture: one scenario on every backend
 
@@ -65,25 +65,6 @@ def assert_stays(predicate: Callable[[], object], seconds: float, what: str) -> 
 
 
 # -- shared platforms: one emulator and one image check per session -----------------------------
-
-IMAGES = REPO / "tests" / "images"
-
-
-def image_tag(repository: str, *scripts: str) -> str:
-    """The tag a build script gives its image: the hash of ``scripts``, in the order it
-    reads them (it changes whenever one of them does)."""
-    digest = hashlib.sha256(b"".join((IMAGES / name).read_bytes() for name in scripts))
-    return f"{repository}:{digest.hexdigest()[:12]}"
-
-
-def docker_image_tag() -> str:
-    """The tag build.sh gives the image."""
-    return image_tag("paiexp-test/bookworm-xgb", "build.sh", "import.sh")
-
-
-def torch_image_tag() -> str:
-    """The tag build-torch.sh gives its image."""
-    return image_tag("paiexp-test/bookworm-torch", "build.sh", "import.sh", "build-torch.sh")
 
 
 @pytest.fixture(scope="session")

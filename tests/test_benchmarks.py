@@ -1,0 +1,132 @@
+"""Every benchmark still runs: each script in benchmarks/, in its quick mode (``--quick``, see
+benchmarks/bench_harness.py) and with this interpreter, exits 0 without a traceback and prints
+its figure. A benchmark that no longer runs fails CI.
+
+Nothing is timed: at quick sizes on a shared machine the figures mean nothing, so the tests
+only check that they are printed. A benchmark spends much of its time waiting (on its jobs,
+containers, emulators), so the selected ones all start at once, when the first of these tests
+runs, and each test collects its own. Those that run the test image need Docker: they fail,
+never skip, without it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+from conftest import REPO, clean_env
+
+BENCHMARKS = REPO / "benchmarks"
+HELPERS = {
+    "bench_harness",  # the quick mode and tests/ on sys.path, imported by the benchmarks
+    "bench_project",  # the throwaway project a benchmark writes, imported by the benchmarks
+}
+NUMBER = r"[-+]?\d+\.\d+"
+# The line that carries each benchmark's result: its ratio where it has one.
+FIGURES = {
+    "api": rf"^Sweep\.results\(\): +{NUMBER} s median",
+    "async_efficiency": rf"^paiexp / batch = {NUMBER}",
+    "cli_latency": rf"^paiexp download +median +{NUMBER} s",
+    "docker_instances": rf"^  start-up .*, ratio 2 / 1 {NUMBER}$",
+    "docker_overhead": rf"^  docker - local {NUMBER} s; ratio docker / local {NUMBER}$",
+    "launcher_cpu": rf"^launcher process CPU {NUMBER} ms per trial",
+    "multi_instance": rf"^the second instance: .*; ratio 2 / 1: {NUMBER}$",
+    "openpai_api_calls": rf"^ +\d+ +\d+ +{NUMBER} +\d+ +\d+ +{NUMBER} ",  # requests per tick
+    "overhead": rf"^ratio paiexp / bare: +{NUMBER}",
+    "pai_api_calls": rf"^PAI API requests +{NUMBER} +{NUMBER} +{NUMBER}x$",
+    "peer_hydra_optuna": rf"^ratio paiexp / hydra-optuna-sweeper: {NUMBER}",
+    "profile_launcher": rf"^launcher CPU {NUMBER} ms per trial",
+    "scale": rf"^TPE's cost in utilization / ideal: {NUMBER}",
+    "sweep_overhead": rf"^ratio paiexp / bare: +{NUMBER}",
+}
+SECONDS = 480  # for all of them together, on a busy 2-core machine
+
+
+def benchmarks() -> list[str]:
+    """Every script in benchmarks/ but the helpers: a new benchmark is run once it is there."""
+    return sorted(path.stem for path in BENCHMARKS.glob("*.py") if path.stem not in HELPERS)
+
+
+def uses_docker(name: str) -> bool:
+    """A benchmark that takes the test image's tag runs the image."""
+    return "docker_image_tag" in (BENCHMARKS / f"{name}.py").read_text()
+
+
+class Started(NamedTuple):
+    """A benchmark's process, where its output goes, and when it must have ended."""
+
+    process: subprocess.Popen[bytes]
+    stdout: Path
+    stderr: Path
+    deadline: float
+
+
+@pytest.fixture(scope="module")
+def started(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Started]]:
+    """The selected benchmarks, all started now in quick mode, each in a directory of its own
+    (its working and temporary directory), their trainings on one thread each (XGBoost's
+    OpenMP threads spin for cores a busy machine does not give them); any still running at
+    the end is killed."""
+    names = [
+        str(item.callspec.params["name"])
+        for item in request.session.items
+        if isinstance(item, pytest.Function) and "started" in item.fixturenames
+    ]
+    root = tmp_path_factory.mktemp("benchmarks")
+    deadline = time.monotonic() + SECONDS
+    runs: dict[str, Started] = {}
+    for name in names:
+        directory = root / name
+        (directory / "tmp").mkdir(parents=True)
+        stdout, stderr = directory / "stdout", directory / "stderr"
+        with stdout.open("wb") as out, stderr.open("wb") as err:
+            process = subprocess.Popen(
+                [sys.executable, str(BENCHMARKS / f"{name}.py"), "--quick"],
+                cwd=directory,
+                env=clean_env(TMPDIR=str(directory / "tmp"), OMP_NUM_THREADS="1"),
+                stdout=out,
+                stderr=err,
+                start_new_session=True,  # its jobs, trackers and emulators killed with it
+            )
+        runs[name] = Started(process, stdout, stderr, deadline)
+    yield runs
+    for run in runs.values():
+        if run.process.poll() is None:
+            os.killpg(run.process.pid, signal.SIGKILL)
+            run.process.wait()
+
+
+def test_every_benchmark_names_its_figure() -> None:
+    assert sorted(FIGURES) == benchmarks(), "FIGURES names the line each benchmark prints"
+
+
+@pytest.mark.timeout(SECONDS + 60)
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=[pytest.mark.docker] if uses_docker(n) else []) for n in benchmarks()],
+)
+def test_benchmark_runs_in_quick_mode(
+    name: str, started: dict[str, Started], request: pytest.FixtureRequest
+) -> None:
+    if uses_docker(name):
+        request.getfixturevalue("docker_image")  # fails, saying why, without Docker or image
+    run = started[name]
+    try:
+        run.process.wait(timeout=max(0.0, run.deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{name} --quick did not end within {SECONDS} s")
+    stdout, stderr = run.stdout.read_text(), run.stderr.read_text()
+    tail = f"{name} --quick exited {run.process.returncode}; its stderr ends:\n{stderr[-3000:]}"
+    assert run.process.returncode == 0, tail
+    assert "Traceback" not in stderr, tail
+    assert re.search(FIGURES[name], stdout, re.MULTILINE), f"no figure in:\n{stdout}"
