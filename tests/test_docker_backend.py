@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ from conftest import (
     REPO,
     all_runs,
     assert_nothing_started,
+    assert_stays,
     clean_env,
     job_end,
     run_paiexp,
@@ -122,9 +124,8 @@ def test_poll_is_one_engine_call_and_wait_wakes_when_a_container_ends(
     tmp_path: Path, image: str
 ) -> None:
     backend = make_backend(tmp_path, image)
-    handles = [
-        backend.submit(JobSpec(name=f"j{i}", command=f"sleep {1 + i}; echo done")) for i in range(3)
-    ]
+    held = f"until [ -e {GO} ]; do sleep 0.02; done; echo done"  # each until its gate opens
+    handles = [backend.submit(JobSpec(name=f"j{i}", command=held)) for i in range(3)]
     calls: Counter[str] = Counter()
     api = backend.client.api
     for method in ("containers", "inspect_container"):
@@ -138,13 +139,25 @@ def test_poll_is_one_engine_call_and_wait_wakes_when_a_container_ends(
     statuses = backend.poll(handles)
     assert calls == {"containers": 1}
     assert {s.state for s in statuses.values()} == {JobState.RUNNING}
-    started = time.monotonic()
-    backend.wait(handles, 30)  # the first job ends after about a second
-    assert time.monotonic() - started < 5
+    waiting = threading.Thread(target=backend.wait, args=(handles, 600))
+    waiting.start()
+    assert_stays(waiting.is_alive, 1.0, "wait, while no container ends")
+    open_gate(backend, handles[0])
+    waiting.join(timeout=120)  # far sooner than its 600 s: woken by the container's end
+    assert not waiting.is_alive(), "wait did not wake when a container ended"
     assert backend.poll(handles)[handles[0].id].state is JobState.SUCCEEDED
-    for handle in handles:
+    for handle in handles[1:]:
+        open_gate(backend, handle)
         job_end(backend, handle)
     assert containers_of(backend.root) == []
+
+
+GO = "/ml/output/model/go"  # a job's gate, in its container: the model channel, shared
+
+
+def open_gate(backend: DockerBackend, handle: JobHandle) -> None:
+    """Let a job held until ``GO`` exists end."""
+    (backend.job_dir(handle.name) / GO.removeprefix("/")).touch()
 
 
 def test_stop_is_docker_stop_with_the_grace_period(tmp_path: Path, image: str) -> None:
