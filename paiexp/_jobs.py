@@ -11,7 +11,7 @@ import contextlib
 import functools
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
@@ -172,6 +172,7 @@ def job(
     metric_definitions: Sequence[Mapping[str, str]] = (),
     output_parameters: Sequence[str] = (),
     labels: Mapping[str, str] | None = None,
+    checkpoints: str | None = None,
     backend: str | Mapping[str, Any] = "local",
     tracker: Mapping[str, Any] | None = None,
     project: str | os.PathLike[str] = ".",
@@ -185,6 +186,7 @@ def job(
 
         known = ", ".join(JobConfig.__dataclass_fields__)
         raise UserError(f"job.{next(iter(unknown))}: unknown key; a job has {known}")
+    definitions = _listed("job.metric_definitions", metric_definitions)
     values: dict[str, Any] = {
         "name": name,
         "command": command,
@@ -193,22 +195,65 @@ def job(
         "instance_type": instance_type,
         "instance_count": instance_count,
         "job_type": job_type,
-        "hyperparameters": dict(hyperparameters or {}),
-        "inputs": dict(inputs or {}),
-        "outputs": dict(outputs or {}),
-        "environments": dict(environments or {}),
-        "requirements": list(requirements),
+        "hyperparameters": _mapped("job.hyperparameters", hyperparameters),
+        "inputs": _mapped("job.inputs", inputs),
+        "outputs": _mapped("job.outputs", outputs),
+        "environments": _mapped("job.environments", environments),
+        "requirements": _listed("job.requirements", requirements),
         "max_run_time": max_run_time,
-        "metric_definitions": [dict(d) for d in metric_definitions],
-        "output_parameters": list(output_parameters),
-        "labels": dict(labels or {}),
+        "metric_definitions": [
+            _mapped(f"job.metric_definitions[{index}]", definition)
+            for index, definition in enumerate(definitions)
+        ],
+        "output_parameters": _listed("job.output_parameters", output_parameters),
+        "labels": _mapped("job.labels", labels),
+        "checkpoints": checkpoints,
     }
-    settings = {"name": backend} if isinstance(backend, str) else dict(backend)
-    base_dir = Path(project).absolute()
-    cfg = _tracked_in(_structured(values, settings, dict(tracker or {})), base_dir)
+    settings = {"name": backend} if isinstance(backend, str) else _mapped("backend", backend)
+    base_dir = _project_dir(project)
+    cfg = _tracked_in(_structured(values, settings, _mapped("tracker", tracker)), base_dir)
     composed = Composed(cfg, base_dir)
     _validate(composed)
     return composed
+
+
+def _mapped(key: str, value: object) -> dict[Any, Any]:
+    """A keyword's mapping (None: an empty one) as a dict; else a UserError naming ``key``."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise UserError(f"{key}: expected a mapping (a dict), got {_described(value)}")
+    return dict(value)
+
+
+def _listed(key: str, value: object) -> list[Any]:
+    """A keyword's sequence (None: an empty one) as a list; else a UserError naming ``key``
+    (a string is no sequence of strings here)."""
+    if value is None:
+        return []
+    if isinstance(value, str | bytes | bytearray | Mapping) or not isinstance(value, Iterable):
+        raise UserError(f"{key}: expected a list, got {_described(value)}")
+    return list(value)
+
+
+def _project_dir(project: object) -> Path:
+    """``project`` as the absolute directory it names; else a UserError."""
+    if not isinstance(project, str | os.PathLike) or not isinstance(os.fspath(project), str):
+        raise UserError(f"project: expected a directory's path, got {_described(project)}")
+    path = Path(os.fspath(project)).absolute()
+    try:
+        found = path.is_dir()
+    except (OSError, ValueError):  # a name too long, a NUL character: no path at all
+        found = False
+    if not found:
+        raise UserError(f"project: {str(path)!r} is not a directory")
+    return path
+
+
+def _described(value: object) -> str:
+    """A value in a message: its type and the start of its repr."""
+    shown = repr(value)
+    return f"{type(value).__name__} {shown[:60]}{'...' if len(shown) > 60 else ''}"
 
 
 def _structured(
@@ -221,7 +266,7 @@ def _structured(
     from paiexp.config import BACKENDS, Config, JobConfig, TrackerConfig
 
     name = backend.get("name", "local")
-    if name not in BACKENDS:
+    if not isinstance(name, str) or name not in BACKENDS:
         raise UserError(
             f"backend.name: invalid value {name!r}; expected one of {', '.join(BACKENDS)}"
         )
@@ -261,13 +306,15 @@ def _tracked_in(cfg: DictConfig, base_dir: Path) -> DictConfig:
 
 
 def _validate(composed: Composed) -> None:
-    """Every check the command line makes before it submits or tracks anything."""
-    if composed.kind == "job":
-        composed.prepared()
-    elif composed.kind == "sweep":
-        composed.prepared_sweep()
-    else:
-        composed.prepared_pipeline()
+    """Every check the command line makes before it submits or tracks anything, made where
+    it would run (a relative ``sqlite:///`` tracking store is the project's)."""
+    with _working_in(composed.base_dir):
+        if composed.kind == "job":
+            composed.prepared()
+        elif composed.kind == "sweep":
+            composed.prepared_sweep()
+        else:
+            composed.prepared_pipeline()
 
 
 @user_errors

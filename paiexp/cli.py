@@ -27,9 +27,9 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from paiexp.backends.base import BackendUnavailable
+from paiexp.backends.base import BackendUnavailable, SubmissionFailed
 from paiexp.diskfull import DiskFull, disk_full, record_details
-from paiexp.errors import UserError
+from paiexp.errors import UserError, one_line
 from paiexp.outage import OutageTooLong
 from paiexp.quick_exit import exit_as_python
 from paiexp.terminal import show_on_stderr
@@ -91,12 +91,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USER_ERROR
     except BackendUnavailable as exc:  # the platform did not answer: no mistake of the user's
         print(
-            f"paiexp: error: {exc}; check the network and the backend's endpoint", file=sys.stderr
+            f"paiexp: error: {one_line(str(exc))}; check the network and the backend's endpoint",
+            file=sys.stderr,
         )
+        return EXIT_JOB_FAILED
+    except SubmissionFailed as exc:  # its run says so too
+        print(f"paiexp: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_JOB_FAILED
     except OutageTooLong as exc:  # the study's storage stayed away: the jobs are not lost
         print(
-            f"paiexp: error: {exc}; the jobs in flight run on, and the same command "
+            f"paiexp: error: {one_line(str(exc))}; the jobs in flight run on, and the same command "
             "run again follows them",
             file=sys.stderr,
         )
@@ -115,7 +119,7 @@ def report_disk_full(full: DiskFull, exc: BaseException) -> int:
     what was running is left as after a crash, for the same command to pick up."""
     details = record_details(full, exc)
     where = f" (details in {details})" if details else ""
-    print(f"paiexp: error: {full}{where}", file=sys.stderr)
+    print(f"paiexp: error: {one_line(f'{full}{where}')}", file=sys.stderr)
     return EXIT_JOB_FAILED
 
 

@@ -127,6 +127,11 @@ def _registered(project: Project, overrides: Sequence[str], multirun: bool) -> l
     for before, override in zip(("", *overrides), overrides, strict=False):
         if "=" not in override and not override.startswith("~"):
             raise UserError(_not_an_override(before, override))
+        if not override.lstrip("+~").partition("=")[0].strip():  # Hydra: a bare assert
+            raise UserError(
+                f"{override!r} names no key: write KEY=VALUE (+KEY=VALUE to add a key, "
+                "~KEY to delete)"
+            )
         if override.lstrip("+~").startswith(("hydra.", "hydra/", "hydra=")):
             raise UserError(
                 f"{override}: paiexp composes configs with Hydra but does not use Hydra's own "
@@ -250,8 +255,8 @@ def describe_error(exc: BaseException) -> str:
     if isinstance(exc, OverrideParseException):
         return f"cannot parse override: {_first_line(str(exc)).split(': ', 1)[-1]}"
     cause = _omegaconf_cause(exc)
-    if cause is None:
-        return _first_line(str(exc))
+    if cause is None:  # a bare assert of Hydra's says nothing: its type, then
+        return _first_line(str(exc)) or f"cannot compose the config ({type(exc).__name__})"
     described = _describe_omegaconf(cause)
     overridden = re.search(r"override '([^']+)'", str(exc))
     if overridden and not str(cause.full_key).startswith(overridden.group(1)):

@@ -17,16 +17,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from paiexp.backends import Backend, BackendUnavailable, JobHandle, JobState, create_backend
+from paiexp.backends.base import SubmissionFailed
 from paiexp.browse import browse_lines
 from paiexp.compose import Project, compose, from_yaml, to_container, to_object
 from paiexp.config import Config
 from paiexp.cost import Prices, prices_of, run_cost
+from paiexp.diskfull import disk_full
 from paiexp.errors import UserError
 from paiexp.metrics import unmatched_metrics
 from paiexp.monitor import JobMonitor, JobResult, job_log
 from paiexp.record import make_record
 from paiexp.spec import JobSpec, build_spec
 from paiexp.terminal import say, warn
+from paiexp.tracker_uri import check_tracker
 
 if TYPE_CHECKING:
     from paiexp.tracking import MlflowTracker
@@ -70,6 +73,7 @@ def prepare_config(cfg: Any, base_dir: Path, overrides: tuple[str, ...]) -> Prep
     backend = create_backend(config.backend, base_dir)
     backend.validate(spec)
     prices_of(config.backend)  # its prices checked before anything is submitted
+    check_tracker(config.tracker)  # its server is asked as the run is tracked
     return PreparedJob(config, data, spec, backend, base_dir, overrides)
 
 
@@ -107,6 +111,11 @@ def submit(
         handle = job.backend.submit(spec)
     except BaseException as exc:
         tracker.fail(run_id, f"submission failed: {exc}")
+        if isinstance(exc, OSError) and disk_full(exc) is None:
+            raise SubmissionFailed(
+                f"job {spec.name} could not be submitted to backend={job.backend.name} "
+                f"({exc}); its MLflow run {run_id} is FAILED"
+            ) from exc
         raise
     tracker.set_tags(run_id, {"paiexp.job_id": handle.id, "paiexp.status": "SUBMITTED"})
     say(f"job {job.spec.name} submitted to backend={job.backend.name} (MLflow run {run_id})")

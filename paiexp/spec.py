@@ -6,6 +6,7 @@ job is submitted or any run is tracked; each failure is a :class:`UserError` nam
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -17,6 +18,7 @@ from paiexp.confine import one_segment
 from paiexp.errors import UserError
 from paiexp.metrics import METRIC_NAME, MetricDefinition, definition_error
 from paiexp.redact import redact_environments
+from paiexp.seconds import check_seconds
 
 JOB_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,39}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -91,8 +93,7 @@ def build_spec(job: Any, *, name: str, base_dir: Path) -> JobSpec:
         raise UserError("job.command: must not be empty")
     if job.instance_count < 1:
         _fail("job.instance_count", job.instance_count, "a whole number >= 1")
-    if job.max_run_time is not None and job.max_run_time <= 0:
-        _fail("job.max_run_time", job.max_run_time, "a number of seconds > 0, or null")
+    check_seconds("job.max_run_time", job.max_run_time, null=True)
     for written in job.output_parameters:
         if not METRIC_NAME.match(str(written)):
             _fail("job.output_parameters", written, "names of letters, digits, '_', '-', '.', '/'")
@@ -123,10 +124,36 @@ def _fail(key: str, value: Any, valid: str) -> None:
 def _source_dir(source_dir: str | None, base_dir: Path) -> str | None:
     if source_dir is None:
         return None
-    path = (base_dir / source_dir).resolve()
+    path = usable_path("job.source_dir", source_dir, base_dir)
     if not path.is_dir():
         raise UserError(f"job.source_dir: {source_dir!r} is not a directory (looked at {path})")
     return str(path)
+
+
+def usable_path(key: str, path: str, base_dir: Path) -> Path:
+    """A local path of the config made absolute from ``base_dir``; one no file system can
+    hold (a NUL character, a name too long) is a UserError naming ``key``."""
+    try:
+        absolute = (base_dir / path).resolve()
+        absolute.exists()  # asks the file system about the name itself
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UserError(f"{key}: {path!r} is not a usable path ({reason})") from None
+    return absolute
+
+
+def creatable_path(key: str, path: str, base_dir: Path) -> Path:
+    """A path of the config that paiexp makes (its directories too) as :func:`usable_path`
+    returns it; one whose nearest existing directory it cannot write in is a UserError."""
+    absolute = usable_path(key, path, base_dir)
+    if absolute.exists():
+        return absolute  # what it is, the caller checks
+    existing = next(parent for parent in absolute.parents if parent.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(
+            f"{key}: {path!r} cannot be made: {str(existing)!r} is not a writable directory"
+        )
+    return absolute
 
 
 def validate_hyperparameters(tree: Mapping[str, Any]) -> dict[str, str]:
@@ -157,7 +184,7 @@ def _inputs(inputs: Mapping[str, str], base_dir: Path) -> dict[str, str]:
                 _fail(key, uri, "oss://BUCKET/path with a valid bucket name")
             resolved[channel] = uri
             continue
-        path = (base_dir / local_path(uri)).resolve()
+        path = usable_path(key, local_path(uri), base_dir)
         if not path.exists():
             raise UserError(f"{key}: input path {uri!r} does not exist (looked at {path})")
         resolved[channel] = str(path)
@@ -185,7 +212,7 @@ def _outputs(outputs: Mapping[str, str | None], base_dir: Path) -> dict[str, str
                 _fail(f"job.outputs.{channel}", uri, "oss://BUCKET/path with a valid bucket name")
             resolved[channel] = uri
         else:
-            resolved[channel] = str((base_dir / uri).resolve())
+            resolved[channel] = str(usable_path(f"job.outputs.{channel}", uri, base_dir))
     return resolved
 
 
@@ -195,7 +222,7 @@ def _checkpoints(uri: str | None, base_dir: Path) -> str | None:
         if uri is not None and not OSS_URI.match(uri):
             _fail("job.checkpoints", uri, "oss://BUCKET/path with a valid bucket name")
         return uri
-    path = (base_dir / local_path(uri)).resolve()
+    path = usable_path("job.checkpoints", local_path(uri), base_dir)
     if not path.is_dir():
         _fail("job.checkpoints", uri, "an existing directory or an oss:// URI")
     return str(path)

@@ -15,13 +15,15 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from paiexp.backends.base import JobState
 from paiexp.cost import CURRENCY_TAG
+from paiexp.diskfull import disk_full
 from paiexp.errors import UserError
 from paiexp.metrics import MetricPoint
 from paiexp.models import (
@@ -31,8 +33,16 @@ from paiexp.models import (
     new_external_model,
 )
 from paiexp.record import RunRecord
-from paiexp.redact import redact_url
+from paiexp.redact import redact_url, redact_urls
 from paiexp.sqlite_store import copy_template, create_sqlite_database, new_sqlite_path
+from paiexp.tracker_uri import (
+    SERVERS,
+    check_tracking_uri,
+    database_engine,
+    is_databricks,
+    tracking_uri,
+    uri_scheme,
+)
 
 if TYPE_CHECKING:
     from paiexp.models import Candidate, Registered
@@ -79,19 +89,15 @@ class TrackedRun:
     deleted: bool = False
 
 
-def tracking_uri(uri: str | None, base_dir: Path | None = None) -> str:
-    """The tracking URI MLflow uses for ``tracker.uri``, known without importing MLflow:
-    ``uri``, else ``$MLFLOW_TRACKING_URI``, else sqlite:///mlflow.db in ``base_dir`` (default:
-    the working directory, where the command runs)."""
-    default = Path(os.path.abspath(base_dir or ".")) / "mlflow.db"
-    return uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{default}"
-
-
 def check_tracking_server(uri: str) -> None:
     """A tracking server (http, https) answers one cheap request within a few seconds, else
     a UserError naming ``tracker.uri``: MLflow's own client retries for minutes before it
-    fails, so this runs before any job or run exists."""
-    if not uri.startswith(("http://", "https://")):
+    fails, so this runs before any job or run exists.  So does a database server."""
+    if database_engine(uri) not in (None, "sqlite"):
+        check_database_server(uri)
+    if is_databricks(uri):
+        check_databricks_credentials(uri)
+    if uri_scheme(uri) not in SERVERS:
         return
     import requests
 
@@ -104,6 +110,60 @@ def check_tracking_server(uri: str) -> None:
             f"tracker.uri: no MLflow tracking server answers at {redact_url(uri)} "
             f"({_unreachable(exc)}); start one, or set tracker.uri to one that runs"
         ) from None
+
+
+def check_database_server(uri: str) -> None:
+    """A database server takes a connection within a few seconds, else a UserError naming
+    ``tracker.uri`` (MLflow retries for nearly two minutes, printing each failure)."""
+    import threading
+
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
+    from paiexp.outage import describe
+
+    reasons: list[str] = []  # what went wrong: "" when it connected
+
+    def connect() -> None:
+        try:
+            engine = create_engine(uri, poolclass=NullPool)
+            engine.connect().close()
+            engine.dispose()
+            reasons.append("")
+        except Exception as exc:
+            reasons.append(describe(exc))
+
+    attempt = threading.Thread(target=connect, name="paiexp-database-check", daemon=True)
+    attempt.start()
+    attempt.join(SERVER_CHECK_SECONDS)
+    reason = reasons[0] if reasons else f"no answer within {SERVER_CHECK_SECONDS:g} s"
+    if not reason:
+        return
+    raise UserError(
+        f"tracker.uri: no database server takes a connection at {redact_urls(uri)} "
+        f"({reason}); start one, or set tracker.uri to one that runs"
+    )
+
+
+def check_databricks_credentials(uri: str) -> None:
+    """MLflow finds Databricks credentials for ``uri`` (as its first call would, after a job
+    is submitted), else a UserError naming ``tracker.uri``; its warning that the Databricks
+    SDK found none, before it tries its older ways, is left unsaid."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.utils.databricks_utils import get_databricks_host_creds
+
+    said = logging.getLogger("mlflow.utils.databricks_utils")
+    level = said.level
+    said.setLevel(logging.ERROR)
+    try:
+        get_databricks_host_creds(uri)
+    except MlflowException:
+        raise UserError(
+            f"tracker.uri: MLflow finds no Databricks credentials for {redact_urls(uri)}; set "
+            "DATABRICKS_HOST and DATABRICKS_TOKEN, or log in with `databricks auth login`"
+        ) from None
+    finally:
+        said.setLevel(level)
 
 
 # The answers MLflow's own client retries (it calls them transient), as the tracker does.
@@ -140,6 +200,19 @@ def _unreachable(exc: Exception) -> str:
     return describe(exc)
 
 
+@contextmanager
+def _creating_store(uri: str) -> Iterator[None]:
+    """A new SQLite store that cannot be made (its directory read-only, say) is a UserError
+    naming ``tracker.uri``; a full disk stays what it is (the command line tells it so)."""
+    try:
+        yield
+    except OSError as exc:
+        if disk_full(exc) is not None:
+            raise
+        reason = exc.strerror or str(exc)
+        raise UserError(f"tracker.uri: cannot create the SQLite store {uri} ({reason})") from None
+
+
 class MlflowTracker:
     def __init__(
         self, uri: str | None, experiment: str | None, *, check_server: bool = True
@@ -149,11 +222,13 @@ class MlflowTracker:
         UserError at once (the sweep's tracking process, which rides out outages, checked it
         before)."""
         self.uri = tracking_uri(uri)
+        check_tracking_uri(uri)
         if check_server:
             check_tracking_server(self.uri)
         new_database = new_sqlite_path(self.uri)
-        if new_database is not None and copy_template(new_database):
-            new_database = None  # a copy of the cached empty schema: milliseconds
+        with _creating_store(self.uri):
+            if new_database is not None and copy_template(new_database):
+                new_database = None  # a copy of the cached empty schema: milliseconds
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
         # paiexp prints where to browse once; MLflow would print two lines (and read the run
         # again) for each run it closes on a tracking server
@@ -163,7 +238,8 @@ class MlflowTracker:
         for name in ("mlflow", "alembic"):  # their set-up chatter is not the user's business
             logging.getLogger(name).setLevel(logging.WARNING)
         if new_database is not None:  # once per machine and MLflow version: build the cache
-            create_sqlite_database(self.uri)
+            with _creating_store(self.uri):
+                create_sqlite_database(self.uri)
         self._client = MlflowClient(tracking_uri=self.uri)
         self.experiment_id = self._experiment_id(experiment) if experiment else ""
 

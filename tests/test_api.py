@@ -199,6 +199,33 @@ KEYWORD_MISTAKES: dict[str, tuple[dict[str, Any], str]] = {
     "missing input": ({"inputs": {"train": "missing.csv"}}, "job.inputs.train"),
     "bad hyperparameter": ({"hyperparameters": {"a": [1]}}, "job.hyperparameters.a"),
     "bad metric regex": ({"metric_definitions": [{"name": "a", "regex": "x"}]}, "capture"),
+    # a value of the wrong shape is named, never a TypeError of Python's
+    "hyperparameters not a mapping": (
+        {"hyperparameters": "lr=0.1"},
+        "job.hyperparameters: expected a mapping (a dict), got str 'lr=0.1'",
+    ),
+    "requirements a string": ({"requirements": "numpy"}, "job.requirements: expected a list"),
+    "metric definition not a mapping": (
+        {"metric_definitions": [5]},
+        "job.metric_definitions[0]: expected a mapping",
+    ),
+    "backend not a mapping": ({"backend": 5}, "backend: expected a mapping (a dict), got int 5"),
+    "backend name a list": ({"backend": {"name": ["local"]}}, "backend.name: invalid value"),
+    "tracker not a mapping": ({"tracker": "sqlite:///x.db"}, "tracker: expected a mapping"),
+    "project not a path": ({"project": b"."}, "project: expected a directory's path"),
+    "project not a directory": (
+        {"project": "/nonexistent/paiexp-test"},
+        "project: '/nonexistent/paiexp-test' is not a directory",
+    ),
+    # what no file system holds, and what MLflow would not open
+    "checkpoints with a NUL": ({"checkpoints": "a\x00b"}, "job.checkpoints: 'a\\x00b' is not"),
+    "checkpoints too long": ({"checkpoints": "c" * 5000}, "File name too long"),
+    "tracker a file store": ({"tracker": {"uri": "pai"}}, "tracker.uri: 'pai' is a local path"),
+    "tracker in memory": ({"tracker": {"uri": "sqlite://"}}, "in memory"),
+    "experiment empty": ({"tracker": {"experiment": ""}}, "tracker.experiment: invalid value"),
+    "poll interval nan": ({"backend": {"poll_interval": float("nan")}}, "backend.poll_interval"),
+    # a character that would break the line is written as its escape
+    "unknown key with a line break": ({"a\x85b": 1}, "job.a\\x85b: unknown key"),
 }
 
 
@@ -208,6 +235,14 @@ def test_a_keyword_mistake_raises_config_error_naming_the_key(tmp_path: Path, mi
     with pytest.raises(paiexp.ConfigError, match=re.escape(said)) as raised:
         paiexp.job(**{"command": "true", "project": tmp_path, **given})
     assert "\n" not in str(raised.value)
+    assert_nothing_started(tmp_path)
+
+
+def test_a_job_from_keyword_arguments_starts_from_checkpoints(tmp_path: Path) -> None:
+    """Every key of the job schema is a keyword: ``checkpoints`` too."""
+    (tmp_path / "earlier").mkdir()
+    composed = paiexp.job(command="true", checkpoints="earlier", project=tmp_path)
+    assert composed.spec.checkpoints == str(tmp_path / "earlier")
     assert_nothing_started(tmp_path)
 
 

@@ -14,8 +14,10 @@ import pytest
 import yaml
 from conftest import (
     REPO,
+    all_runs,
     assert_nothing_started,
     assert_one_line_error,
+    clean_env,
     run_paiexp,
     run_without_heavy_imports,
 )
@@ -107,6 +109,7 @@ CASES = {
         "job.hyperparameters.max_depth=null", mentions=("job.hyperparameters.max_depth",)
     ),
     "unparsable-override": case("job.name==", mentions=("override", "job.name==")),
+    "override-without-a-key": case("+=x", mentions=("'+=x'", "no key", "KEY=VALUE")),
     "install-requirements": case(
         "backend.install_requirements=sometimes",
         mentions=("backend.install_requirements", "sometimes", "auto", "always", "never"),
@@ -187,6 +190,74 @@ CASES = {
         mentions=("job.metric_definitions", "foo", "regex"),
     ),
     "hydra-setting": case("hydra.run.dir=x", mentions=("hydra.run.dir",)),
+    # the tracking store: what MLflow would refuse, or wait minutes for, refused first
+    "tracker-uri-a-bare-word": case(
+        "tracker.uri=pai",
+        mentions=("tracker.uri", "'pai'", "local path", "file store", "MLFLOW_ALLOW_FILE_STORE"),
+    ),
+    "tracker-uri-file-store": case(
+        "tracker.uri=file:./runs", mentions=("tracker.uri", "file:./runs", "file store")
+    ),
+    "tracker-uri-unknown-scheme": case(
+        "tracker.uri=s3://bucket/runs",
+        mentions=("tracker.uri", "'s3'", "sqlite:///PATH", "http(s)://HOST:PORT"),
+    ),
+    "tracker-uri-unity-catalog": case("tracker.uri=uc", mentions=("tracker.uri", "Unity Catalog")),
+    "tracker-uri-in-memory": case("tracker.uri=sqlite://", mentions=("tracker.uri", "in memory")),
+    "tracker-uri-not-a-database": case(
+        "tracker.uri=sqlite:///conf/config.yaml",
+        mentions=("tracker.uri", "conf/config.yaml", "not an SQLite database"),
+    ),
+    "tracker-uri-missing-directory": case(
+        "tracker.uri=sqlite:///runs/mlflow.db",
+        mentions=("tracker.uri", "runs", "not an existing directory"),
+    ),
+    "tracker-uri-unknown-driver": case(
+        "tracker.uri=postgresql+nodriver://host/db",
+        mentions=("tracker.uri", "postgresql+nodriver", "driver"),
+    ),
+    "tracker-uri-no-host": case("tracker.uri=http://", mentions=("tracker.uri", "no host")),
+    "tracker-uri-no-database-server": case(
+        "tracker.uri=postgresql://me:secret@127.0.0.1:1/runs",
+        mentions=("tracker.uri", "no database server", "me:<redacted>@127.0.0.1:1"),
+    ),
+    "tracker-uri-databricks-without-credentials": case(
+        "tracker.uri=databricks", mentions=("tracker.uri", "Databricks credentials")
+    ),
+    "tracker-experiment-empty": case(
+        "tracker.experiment=", mentions=("tracker.experiment", "''", "1 to 500")
+    ),
+    "tracker-experiment-too-long": case(
+        f"tracker.experiment={'e' * 501}", mentions=("tracker.experiment", "1 to 500")
+    ),
+    # numbers of seconds: NaN passes every "<= 0" check, and a huge one overflows the clocks
+    "poll-interval-nan": case(
+        "backend.poll_interval=nan", mentions=("backend.poll_interval", "nan")
+    ),
+    "poll-interval-huge": case(
+        "backend.poll_interval=1e308", mentions=("backend.poll_interval", "at most")
+    ),
+    "stop-grace-period-nan": case(
+        "backend.stop_grace_period=nan", mentions=("backend.stop_grace_period", ">= 0", "nan")
+    ),
+    "max-run-time-huge": case(
+        "job.max_run_time=99999999999999999999", mentions=("job.max_run_time", "at most")
+    ),
+    "retry-delay-nan": case(
+        "backend=pai",
+        "backend.workspace_id=123",
+        "backend.oss.bucket=b",
+        "backend.retry.base_delay=nan",
+        mentions=("backend.retry.base_delay", "nan"),
+    ),
+    # paths no file system holds, and a jobs' root that cannot be made
+    "input-path-too-long": case(
+        f"job.inputs.train={'a' * 5000}", mentions=("job.inputs.train", "not a usable path")
+    ),
+    "backend-root-under-a-file": case(
+        "backend.root=conf/config.yaml/jobs",
+        mentions=("backend.root", "conf/config.yaml", "not a writable directory"),
+    ),
 }
 
 
@@ -199,6 +270,46 @@ def test_bad_input_is_one_line_exit_2_and_starts_nothing(tmp_path: Path, bad: Ca
     for text in bad.mentions:
         assert text in line, f"{text!r} not in {line!r}"
     assert_nothing_started(tmp_path)
+
+
+def test_a_tracking_uri_from_the_environment_is_refused_naming_it(tmp_path: Path) -> None:
+    cwd = make_project(tmp_path)
+    done = run_paiexp(cwd, env=clean_env(MLFLOW_TRACKING_URI="pai"))
+
+    line = assert_one_line_error(done)
+    assert line.startswith("paiexp: error: MLFLOW_TRACKING_URI: 'pai' is a local path"), line
+    assert_nothing_started(tmp_path)
+
+
+def test_a_value_with_control_characters_stays_on_one_line(tmp_path: Path) -> None:
+    cwd = make_project(tmp_path)
+    done = run_paiexp(cwd, "tracker.uri='a\nb\x1b[31m'")
+
+    line = assert_one_line_error(done)
+    assert "'a\\nb\\x1b[31m'" in line, line
+    assert_nothing_started(tmp_path)
+
+
+def test_a_job_its_backend_cannot_take_fails_in_one_line(tmp_path: Path) -> None:
+    """A jobs' root no directory can be made in (/proc, even for root): refused in one line
+    when the check sees it (exit 2), else the submission fails in one line (exit 1) and the
+    job's run is FAILED, saying why."""
+    cwd = make_project(tmp_path)
+    done = run_paiexp(cwd, "-q", "backend.root=/proc/paiexp-test/jobs")
+
+    if done.returncode == 2:
+        line = assert_one_line_error(done)
+        assert "backend.root" in line, line
+        assert_nothing_started(tmp_path)
+        return
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("paiexp: error: job xgb-breast-cancer-"), line
+    assert "could not be submitted to backend=local" in line and "/proc/paiexp-test" in line
+    (run,) = all_runs(tmp_path)
+    assert run.info.status == "FAILED"
+    assert "submission failed" in run.data.tags["paiexp.failure_reason"]
 
 
 def test_cfg_job_prints_composed_job(tmp_path: Path) -> None:

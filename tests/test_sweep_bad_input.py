@@ -165,6 +165,46 @@ CASES = {
     "tracker-outage-timeout": case(
         "+sweep=xgb", "tracker.outage_timeout=-5", mentions=("tracker.outage_timeout", "> 0", "-5")
     ),
+    "timeout-nan": case("+sweep=xgb", "sweep.timeout=nan", mentions=("sweep.timeout", "nan")),
+    "heartbeat-grace-inf": case(
+        "+sweep=xgb", "sweep.heartbeat_grace=inf", mentions=("sweep.heartbeat_grace", "at most")
+    ),
+    "tracker-outage-timeout-nan": case(
+        "+sweep=xgb", "tracker.outage_timeout=nan", mentions=("tracker.outage_timeout", "nan")
+    ),
+    "tracker-uri-a-bare-word": case(
+        "+sweep=xgb", "tracker.uri=pai", mentions=("tracker.uri", "'pai'", "file store")
+    ),
+    "storage-empty": case(
+        "+sweep=xgb", "sweep.storage=", mentions=("sweep.storage", "''", "a directory")
+    ),
+    "storage-a-directory": case(
+        "+sweep=xgb", "sweep.storage=conf", mentions=("sweep.storage", "'conf'", "a directory")
+    ),
+    "storage-in-memory": case(
+        "+sweep=xgb", "sweep.storage=sqlite://", mentions=("sweep.storage", "in memory")
+    ),
+    "storage-unknown-driver": case(
+        "+sweep=xgb",
+        "sweep.storage=postgresql+nodriver://host/db",
+        mentions=("sweep.storage", "driver"),
+    ),
+    "enqueue-not-a-number": case(
+        "+sweep=xgb",
+        "sweep.enqueue=[{subsample: abc}]",
+        mentions=("sweep.enqueue[0].subsample", "'abc'", "float[0.5, 1]"),
+    ),
+    "enqueue-nan": case(
+        "+sweep=xgb",
+        "sweep.enqueue=[{subsample: nan}]",
+        mentions=("sweep.enqueue[0].subsample", "nan"),
+    ),
+    "enqueue-not-a-choice": case(
+        "+sweep=xgb",
+        "sweep.params.max_depth='choice(2,4)'",
+        "sweep.enqueue=[{max_depth: 3}]",
+        mentions=("sweep.enqueue[0].max_depth", "3", "choice(2, 4)"),
+    ),
     # the search space
     "empty-range": case(
         "+sweep=xgb",

@@ -28,6 +28,11 @@ class BackendUnavailable(RuntimeError):
     """The platform did not answer (after retries); the jobs themselves may be fine."""
 
 
+class SubmissionFailed(RuntimeError):
+    """A job could not be handed to its backend (its files could not be written, say): its
+    run is FAILED; the command line says why in one line, exit code 1."""
+
+
 class JobRejected(UserError):
     """This one job cannot run here (a swept instance type or image the backend cannot use);
     other jobs of the same sweep may: its trial fails without a retry and the sweep goes on."""

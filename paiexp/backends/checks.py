@@ -4,13 +4,15 @@ are on OSS and which are local paths."""
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from paiexp.config import InstallMode
 from paiexp.errors import UserError
-from paiexp.spec import JobSpec
+from paiexp.seconds import check_seconds
+from paiexp.spec import JobSpec, creatable_path
 
 OSS_SCHEME = "oss://"
 
@@ -18,20 +20,34 @@ log = logging.getLogger(__name__)
 
 
 def check_positive(config: Any, *keys: str) -> None:
-    """Each ``backend.KEY`` must be > 0."""
+    """Each ``backend.KEY``, a number of seconds, must be > 0 (and finite)."""
     for key in keys:
-        value = getattr(config, key)
-        if value <= 0:
-            raise UserError(f"backend.{key}: must be > 0, got {value}")
+        check_seconds(f"backend.{key}", getattr(config, key))
+
+
+def check_retry(retry: Any) -> None:
+    """``backend.retry``: at least one attempt, delays of seconds >= 0."""
+    if retry.attempts < 1:
+        raise UserError(f"backend.retry.attempts: must be >= 1, got {retry.attempts}")
+    for key in ("base_delay", "max_delay"):
+        check_seconds(f"backend.retry.{key}", getattr(retry, key), zero=True)
 
 
 def check_process_settings(config: Any) -> InstallMode:
     """The settings of backends that run processes on this machine (local, docker); returns
     how they install a job's requirements."""
     check_positive(config, "poll_interval")
-    if config.stop_grace_period < 0:
-        raise UserError(f"backend.stop_grace_period: must be >= 0, got {config.stop_grace_period}")
+    check_seconds("backend.stop_grace_period", config.stop_grace_period, zero=True)
     return install_mode(config.install_requirements)
+
+
+def check_root(root: str, base_dir: Path) -> Path:
+    """``backend.root``, the directory of a backend's jobs here, as an absolute path: a
+    writable directory, or one that can be made; else a UserError."""
+    path = creatable_path("backend.root", root, base_dir)
+    if path.exists() and not (path.is_dir() and os.access(path, os.W_OK | os.X_OK)):
+        raise UserError(f"backend.root: {root!r} is not a writable directory")
+    return path
 
 
 def install_mode(value: Any) -> InstallMode:

@@ -39,6 +39,7 @@ from paiexp.backends.base import JobHandle, JobRejected, JobState, JobStatus, Lo
 from paiexp.backends.checks import (
     check_local_job,
     check_process_settings,
+    check_root,
     oss_channels,
 )
 from paiexp.backends.docker_entry import entry_script
@@ -80,7 +81,7 @@ class DockerBackend(LocalResults):
     def __init__(self, config: Any, base_dir: Path) -> None:
         self.install_requirements = check_process_settings(config)
         resolve(None, config.cpus, config.memory, config.gpus)  # the overrides' own checks
-        self.root = (base_dir / config.root).resolve()
+        self.root = check_root(config.root, base_dir)
         self.jobs = JobDirectories(self.root)
         self.image = config.image
         self.poll_interval = float(config.poll_interval)

@@ -41,6 +41,7 @@ from paiexp.backends.base import JobHandle, JobState, JobStatus, LogChunk
 from paiexp.backends.checks import (
     check_local_job,
     check_process_settings,
+    check_root,
     oss_channels,
 )
 from paiexp.backends.jobdir import JobDirectories, LocalResults, read_log_file
@@ -65,7 +66,7 @@ class LocalBackend(LocalResults):
 
     def __init__(self, config: Any, base_dir: Path) -> None:
         self.install_requirements = check_process_settings(config)
-        self.root = (base_dir / config.root).resolve()
+        self.root = check_root(config.root, base_dir)
         self._root = str(self.root)
         self.jobs = JobDirectories(self.root)
         self.poll_interval = float(config.poll_interval)

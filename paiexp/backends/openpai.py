@@ -30,7 +30,13 @@ from typing import Any
 import yaml
 
 from paiexp.backends.base import JobHandle, JobRejected, JobState, JobStatus, LogChunk
-from paiexp.backends.checks import check_local_inputs, check_positive, install_mode, oss_channels
+from paiexp.backends.checks import (
+    check_local_inputs,
+    check_positive,
+    check_retry,
+    install_mode,
+    oss_channels,
+)
 from paiexp.backends.instance_types import Resources, resolve
 from paiexp.backends.jobdir import JobDirectories, LocalResults
 from paiexp.backends.openpai_api import OpenPaiApi, OpenPaiRejected
@@ -364,8 +370,7 @@ class OpenPaiBackend(LocalResults):
 def _check_config(config: Any) -> None:
     """Mistakes in ``backend`` found before any request is sent."""
     check_positive(config, "poll_interval", "log_interval", "request_timeout")
-    if config.retry.attempts < 1:
-        raise UserError(f"backend.retry.attempts: must be >= 1, got {config.retry.attempts}")
+    check_retry(config.retry)
     if config.job_retry_count < 0:
         raise UserError(f"backend.job_retry_count: must be >= 0, got {config.job_retry_count}")
 

@@ -22,7 +22,12 @@ from typing import Any
 
 from paiexp import contract
 from paiexp.backends.base import JobHandle, JobState, JobStatus, LogChunk
-from paiexp.backends.checks import check_local_inputs, check_positive, local_channels
+from paiexp.backends.checks import (
+    check_local_inputs,
+    check_positive,
+    check_retry,
+    local_channels,
+)
 from paiexp.backends.pai_api import PAGE_SIZE, PaiApi, PaiRejected, running_span
 from paiexp.cache import cache_root
 from paiexp.errors import UserError
@@ -495,5 +500,4 @@ def _check_config(config: Any) -> None:
             "backend.oss.bucket: required for backend=pai (the OSS bucket for code and outputs)"
         )
     check_positive(config, "poll_interval", "log_interval", "request_timeout")
-    if config.retry.attempts < 1:
-        raise UserError(f"backend.retry.attempts: must be >= 1, got {config.retry.attempts}")
+    check_retry(config.retry)

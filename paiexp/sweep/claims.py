@@ -52,7 +52,13 @@ class FileClaims:
         from optuna.storages.journal import JournalFileSymlinkLock
 
         self.storage = storage
-        self.lock = JournalFileSymlinkLock(f"{path}.paiexp-owner")
+        target = f"{path}.paiexp-owner"
+        # The lock is a link to this file: Optuna breaks a lock it can read no time of never
+        # (it retries at once, for ever), so the file must exist.  Never written, its time is
+        # left alone.
+        with open(target, "a"):
+            pass
+        self.lock = JournalFileSymlinkLock(target)
         self.held = False
 
     @contextlib.contextmanager

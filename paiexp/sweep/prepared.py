@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
 
@@ -25,7 +25,8 @@ from paiexp.sweep.study import (
 )
 from paiexp.sweep.tracking_messages import BestRun
 from paiexp.sweep.trials import TrialBuilder
-from paiexp.tracking import check_tracking_server, tracking_uri
+from paiexp.tracker_uri import check_tracker, tracking_uri
+from paiexp.tracking import check_tracking_server
 
 if TYPE_CHECKING:
     from optuna import Study
@@ -71,18 +72,8 @@ def prepare_sweep(
             "sweep.register: a multi-objective study has no one best trial to register; "
             "set sweep.register null"
         )
-    sampled = {name for name in space.params if name not in space.fixed()}
-    for index, point in enumerate(sweep.enqueue):
-        unknown = set(point) - sampled
-        if unknown:
-            raise UserError(
-                f"sweep.enqueue[{index}]: {sorted(unknown)[0]!r} is not a searched "
-                f"parameter; searched: {', '.join(sorted(sampled))}"
-            )
-    if config.tracker.outage_timeout <= 0:
-        raise UserError(
-            f"tracker.outage_timeout: must be > 0 seconds, got {config.tracker.outage_timeout}"
-        )
+    _check_enqueued(sweep.enqueue, space)
+    check_tracker(config.tracker)
     check_tracking_server(tracking_uri(config.tracker.uri))  # last: it asks the network
     return PreparedSweep(
         config=config,
@@ -101,6 +92,29 @@ def prepare_sweep(
         budget=budget,
         projection=projection(worst_spec(probe, space, prices), sweep.n_trials, prices),
     )
+
+
+def _check_enqueued(points: list[dict[str, Any]], space: SearchSpace) -> None:
+    """``sweep.enqueue``: each point's parameters searched ones, each value one Optuna takes
+    for its distribution (out of its range is Optuna's warning; NaN, another type or choice
+    would be its error as the trial is asked for)."""
+    sampled = {name for name in space.params if name not in space.fixed()}
+    distributions = space.distributions() if points else {}
+    for index, point in enumerate(points):
+        unknown = set(point) - sampled
+        if unknown:
+            raise UserError(
+                f"sweep.enqueue[{index}]: {sorted(unknown)[0]!r} is not a searched "
+                f"parameter; searched: {', '.join(sorted(sampled))}"
+            )
+        for name, value in point.items():
+            try:
+                distributions[name].to_internal_repr(value)
+            except (TypeError, ValueError):
+                raise UserError(
+                    f"sweep.enqueue[{index}].{name}: invalid value {value!r}; expected a "
+                    f"value of {space.params[name].describe()}"
+                ) from None
 
 
 @dataclass

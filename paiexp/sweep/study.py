@@ -13,9 +13,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from paiexp.diskfull import disk_full
 from paiexp.errors import UserError
 from paiexp.metrics import MetricDefinition
-from paiexp.redact import redact_url
+from paiexp.redact import redact_url, redact_urls
+from paiexp.seconds import check_seconds
+from paiexp.spec import creatable_path
+from paiexp.tracker_uri import database_url_problem
 
 if TYPE_CHECKING:
     from paiexp.outage import Outage
@@ -94,14 +98,9 @@ def check_sweep_settings(
         raise UserError(f"sweep.retries: must be >= 0, got {sweep.retries}")
     if sweep.max_failures is not None and sweep.max_failures < 1:
         raise UserError(f"sweep.max_failures: must be >= 1 or null, got {sweep.max_failures}")
-    if sweep.timeout is not None and sweep.timeout <= 0:
-        raise UserError(f"sweep.timeout: must be > 0 seconds or null, got {sweep.timeout}")
-    if sweep.heartbeat_grace <= 0:
-        raise UserError(f"sweep.heartbeat_grace: must be > 0 seconds, got {sweep.heartbeat_grace}")
-    if sweep.storage_outage_timeout <= 0:
-        raise UserError(
-            f"sweep.storage_outage_timeout: must be > 0 seconds, got {sweep.storage_outage_timeout}"
-        )
+    check_seconds("sweep.timeout", sweep.timeout, null=True)
+    check_seconds("sweep.heartbeat_grace", sweep.heartbeat_grace)
+    check_seconds("sweep.storage_outage_timeout", sweep.storage_outage_timeout)
     if sweep.sampler.name not in SAMPLERS:
         raise UserError(
             f"sweep.sampler.name: unknown sampler {sweep.sampler.name!r}; "
@@ -127,10 +126,18 @@ def check_sweep_settings(
 
 
 def storage_location(storage: str, base_dir: Path) -> str:
-    """An RDB URL as given, or a journal file path made absolute."""
+    """An RDB URL as given, or a journal file path made absolute; one that cannot hold a
+    study is a UserError naming ``sweep.storage``."""
+    valid = "expected a journal file's path or a database URL (sqlite:///PATH, postgresql://...)"
     if "://" in storage:
+        problem = database_url_problem(storage)
+        if problem:
+            raise UserError(f"sweep.storage: {redact_urls(storage)!r} {problem}; {valid}")
         return storage
-    return str((base_dir / storage).resolve())
+    path = creatable_path("sweep.storage", storage, base_dir)
+    if path.is_dir():
+        raise UserError(f"sweep.storage: {storage!r} is a directory; {valid}")
+    return str(path)
 
 
 def create_storage(location: str, outage: Outage | None = None) -> Any:
@@ -150,8 +157,15 @@ def create_storage(location: str, outage: Outage | None = None) -> Any:
 
         # with the cache load_study would add; concrete (see patient_storage), mypy can't tell
         return PatientStorage(get_storage(storage), outage)  # type: ignore[abstract]
-    Path(location).parent.mkdir(parents=True, exist_ok=True)
-    return JournalStorage(WholeRecordJournal(location))
+    try:
+        Path(location).parent.mkdir(parents=True, exist_ok=True)
+        return JournalStorage(WholeRecordJournal(location))
+    except OSError as exc:
+        if disk_full(exc) is not None:
+            raise
+        raise UserError(
+            f"sweep.storage: cannot create the journal {location} ({exc.strerror or exc})"
+        ) from None
 
 
 def storage_outage(
