@@ -32,6 +32,10 @@ class Gates:
             path for path in self.directory.glob("*.held") if not path.with_suffix(".open").exists()
         ]
 
+    def opened(self) -> list[Path]:
+        """The jobs let end so far (their ``.held`` files)."""
+        return [path.with_suffix(".held") for path in self.directory.glob("*.open")]
+
     def wait_held(self, count: int, timeout: float = 120) -> list[Path]:
         """Wait until exactly ``count`` jobs are held, and return them."""
 

@@ -1,8 +1,9 @@
 """The disk fills up mid-sweep, and is grown again.
 
 The project lives on a small tmpfs of this test's own (the test runs as root to mount it).
-Once the third trial's job has started, a ballast file takes every byte left: the launcher
-stops with one line naming what it could not write (exit 1, no traceback), the study journal,
+Once two trials are complete and two jobs run (held at their gates, tests/gates.py), a ballast
+file takes every byte left, and the two jobs are let end on the full disk: the launcher stops
+with one line naming what it could not write (exit 1, no traceback), the study journal,
 ``mlflow.db`` and the jobs' state files still read as their last good state, and once the
 file system is grown the same command completes the study: each job ran once, and no trial
 is counted failed because of the disk.
@@ -10,6 +11,7 @@ is counted failed because of the disk.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import subprocess
@@ -19,13 +21,17 @@ from pathlib import Path
 
 import pytest
 from conftest import clean_env, fill_disk, run_paiexp, wait_until
-from sweep_helpers import load_study, sweep_runs, synthetic_project
+from gates import Gates
+from sweep_helpers import load_study, running_jobs, sweep_runs, synthetic_project
+
+from paiexp.jsonfiles import read_json
+from paiexp.processes import process_alive
 
 pytestmark = pytest.mark.timeout(300)
 
 N_TRIALS = 6
 SWEEP = {
-    "params": {"x": "interval(-3, 3)", "duration": 1.0, "steps": 10, "model": "true"},
+    "params": {"x": "interval(-3, 3)", "duration": 0.1, "steps": 10, "model": "true"},
     "n_trials": N_TRIALS,
     "parallelism": 2,
     "heartbeat_grace": 4,  # a trial asked for as the disk filled is adopted soon
@@ -45,6 +51,21 @@ def assert_readable(root: Path) -> None:
         json.loads(state.read_text())
 
 
+def finished_runs(root: Path) -> int:
+    """How many runs ``mlflow.db`` holds closed (read only: a test that opened it through
+    MLflow would make it)."""
+    path = root / "mlflow.db"
+    if not path.exists():
+        return 0
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as database:
+        try:
+            return database.execute(
+                "SELECT count(*) FROM runs WHERE status = 'FINISHED'"
+            ).fetchone()[0]
+        except sqlite3.OperationalError:  # its tables not made yet
+            return 0
+
+
 def test_a_full_disk_stops_the_sweep_in_one_line_and_the_relaunch_completes_it(
     tmp_path: Path, small_disk: Path
 ) -> None:
@@ -52,7 +73,8 @@ def test_a_full_disk_stops_the_sweep_in_one_line_and_the_relaunch_completes_it(
 
     root = synthetic_project(small_disk / "project", SWEEP)
     ledger = tmp_path / "ledger.txt"  # off the small disk: every execution is counted
-    env = clean_env(LEDGER=str(ledger), TMPDIR=str(tmp_path))  # where details go if need be
+    gates = Gates(tmp_path / "gates")  # off it too
+    env = clean_env(LEDGER=str(ledger), TMPDIR=str(tmp_path), **gates.env())  # details: TMPDIR
     output = tmp_path / "launcher.txt"
     with open(output, "w") as stream:
         launcher = subprocess.Popen(
@@ -63,13 +85,20 @@ def test_a_full_disk_stops_the_sweep_in_one_line_and_the_relaunch_completes_it(
             stderr=subprocess.STDOUT,
         )
     try:
-        wait_until(
-            lambda: ledger.exists() and len(ledger.read_text().splitlines()) >= 3,
-            120,
-            "the third trial's job to start",
-        )
+        gates.open(gates.wait_held(2))  # the first two trials end with room left
+        held = gates.wait_held(2)  # the third and fourth trials' jobs run, held
+        # what the disk holds as it fills: the first two trials' runs closed in mlflow.db
+        wait_until(lambda: finished_runs(root) == 2, 120, "the first two trials' runs to close")
+        in_flight = {d.name: read_json(d / "state.json")["pgid"] for d in running_jobs(root)}
+        assert len(in_flight) == 2, in_flight
         printed_before = len(output.read_text().splitlines())
         fill_disk(small_disk)
+        gates.open(held)
+        wait_until(
+            lambda: not any(process_alive(pgid, None) for pgid in in_flight.values()),
+            60,
+            "the jobs in flight to end on the full disk",
+        )
         code = launcher.wait(timeout=120)
     finally:
         if launcher.poll() is None:
@@ -88,7 +117,8 @@ def test_a_full_disk_stops_the_sweep_in_one_line_and_the_relaunch_completes_it(
     assert_readable(root)  # the disk still full
 
     subprocess.run(["mount", "-o", "remount,size=256m", str(small_disk)], check=True)
-    done = run_paiexp(root, "+sweep=syn", env=env)
+    with gates.all_open():
+        done = run_paiexp(root, "+sweep=syn", env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert_readable(root)
 
@@ -99,6 +129,7 @@ def test_a_full_disk_stops_the_sweep_in_one_line_and_the_relaunch_completes_it(
     assert all(t.user_attrs.get("paiexp:retried") for t in failed), [
         (t.number, t.user_attrs.get("paiexp:failure_reason")) for t in failed
     ]  # a job the disk failed is the platform's failure: re-run, not counted
+    assert set(in_flight) <= {t.user_attrs.get("paiexp:job_name") for t in failed}
     assert len(trials) == N_TRIALS + len(failed)
     ran = [t for t in trials if "paiexp:job_id" in t.user_attrs]  # each trial with a job
     executions = Counter(float(json.loads(line)["x"]) for line in ledger.read_text().splitlines())

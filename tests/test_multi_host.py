@@ -4,7 +4,9 @@ Each launcher is a process of its own with a host identity of its own
 (``PAIEXP_LAUNCHER_HOST``), all in one project directory (backend=local: each finds the jobs
 of the others by name).  The study is in a real PostgreSQL cluster, the runs on a real
 ``mlflow server`` backed by it (tests/servers.py).  The synthetic job appends its
-hyperparameters to a ledger each time it runs.
+hyperparameters to a ledger each time it runs, and is held at its gate (tests/gates.py) until
+the test lets it end: what must happen while trials run (every host running one, a launcher
+killed or stopped with trials in flight) happens by construction.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 
 import pytest
 from conftest import clean_env, wait_until
+from gates import Gates
 from servers import Postgres
 from sweep_helpers import counted_trials, synthetic_project
 
@@ -41,6 +44,7 @@ class SharedSweep:
     storage: str
     tracking_uri: str
     experiment: str
+    gates: Gates
     launchers: dict[str, subprocess.Popen[str]]
 
     @property
@@ -58,7 +62,9 @@ class SharedSweep:
                         f"tracker.experiment={self.experiment}",
                     ],
                     cwd=self.root,
-                    env=clean_env(LEDGER=str(self.ledger), PAIEXP_LAUNCHER_HOST=host),
+                    env=clean_env(
+                        LEDGER=str(self.ledger), PAIEXP_LAUNCHER_HOST=host, **self.gates.env()
+                    ),
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     text=True,
@@ -87,6 +93,17 @@ class SharedSweep:
         except KeyError:  # no study yet
             return []
         return [t for t in trials if host_of(t) == host and JOB_ID in t.user_attrs]
+
+    def held_running(self, host: str) -> set[int]:
+        """The numbers of ``host``'s trials in flight, none of the sweep's jobs let end yet:
+        each of them is running (held at its gate)."""
+        assert not self.gates.opened(), "a job was let end"
+        return {t.number for t in self.running_of(host)}
+
+    def adopted(self, numbers: set[int]) -> bool:
+        """Whether the trials ``numbers`` all belong to host-b or host-c now."""
+        trials = self.study().get_trials(deepcopy=False)
+        return all(host_of(trials[n]) in ("host-b", "host-c") for n in numbers)
 
     def assert_exact(self) -> list[Any]:
         """Exactly N_TRIALS trials that count, each COMPLETE, each job run once; one parent
@@ -131,7 +148,7 @@ def shared(
     at the end if a test left any running."""
     name = request.node.name.replace("test_", "", 1)[:40]
     sweep = {
-        "params": {"x": "interval(-3, 3)", "duration": "interval(2.0, 3.0)", "steps": 3},
+        "params": {"x": "interval(-3, 3)", "duration": "interval(0.1, 0.3)", "steps": 3},
         "n_trials": N_TRIALS,
         "parallelism": 2,
         "sampler": {"name": "random"},
@@ -139,7 +156,7 @@ def shared(
         "heartbeat_grace": GRACE,
     }
     root = synthetic_project(tmp_path, sweep)
-    shared = SharedSweep(root, sweep["storage"], mlflow_server, name, {})
+    shared = SharedSweep(root, sweep["storage"], mlflow_server, name, Gates(tmp_path / "gates"), {})
     yield shared
     for launcher in shared.launchers.values():
         if launcher.poll() is None:
@@ -150,7 +167,10 @@ def shared(
 
 def test_three_hosts_run_one_study_to_exactly_n_trials(shared: SharedSweep) -> None:
     shared.start()
-    shared.wait(*HOSTS)
+    # no job ends before every host runs a trial: the first two cannot take them all
+    wait_until(lambda: all(map(shared.held_running, HOSTS)), 120, "every host to run a trial")
+    with shared.gates.all_open():
+        shared.wait(*HOSTS)
 
     trials = shared.assert_exact()
     assert {host_of(t) for t in trials} == set(HOSTS), "a launcher ran no trial"
@@ -158,12 +178,15 @@ def test_three_hosts_run_one_study_to_exactly_n_trials(shared: SharedSweep) -> N
 
 def test_trials_of_a_sigkilled_launcher_are_adopted_and_complete(shared: SharedSweep) -> None:
     shared.start()
-    wait_until(lambda: shared.running_of("host-a"), 120, "host-a to run a trial")
+    wait_until(lambda: shared.held_running("host-a"), 120, "host-a to run a trial")
     shared.launchers["host-a"].send_signal(signal.SIGKILL)
     shared.launchers["host-a"].wait()
-    orphans = {t.number for t in shared.running_of("host-a")}
+    orphans = shared.held_running("host-a")
     assert orphans, "host-a had no trial in flight when it was killed"
-    shared.wait("host-b", "host-c")
+    # their jobs held running until adopted: the adopters follow them to their end
+    wait_until(lambda: shared.adopted(orphans), 60, "host-a's trials to be adopted")
+    with shared.gates.all_open():
+        shared.wait("host-b", "host-c")
 
     trials = shared.assert_exact()
     adopters = {t.number: host_of(t) for t in trials if t.number in orphans}
@@ -175,22 +198,17 @@ def test_trials_of_a_sigkilled_launcher_are_adopted_and_complete(shared: SharedS
 
 def test_a_launcher_back_late_leaves_its_trials_to_their_adopters(shared: SharedSweep) -> None:
     shared.start()
-    wait_until(lambda: shared.running_of("host-a"), 120, "host-a to run a trial")
+    wait_until(lambda: shared.held_running("host-a"), 120, "host-a to run a trial")
     shared.launchers["host-a"].send_signal(signal.SIGSTOP)
-    numbers = {t.number for t in shared.running_of("host-a")}
+    numbers = shared.held_running("host-a")
     assert numbers, "host-a had no trial in flight when it was stopped"
-
-    def adopted() -> bool:
-        trials = shared.study().get_trials(deepcopy=False)
-        return all(host_of(trials[n]) in ("host-b", "host-c") for n in numbers)
-
-    wait_until(adopted, 60, "host-a's trials to be adopted while it is stopped")
+    wait_until(lambda: shared.adopted(numbers), 60, "host-a's trials to be adopted while stopped")
     shared.launchers["host-a"].send_signal(signal.SIGCONT)
-    shared.wait(*HOSTS)
+    # back while their jobs still run (held, none can end), it finds them taken
+    took = [f"trial {n}: another launcher took" for n in numbers]
+    wait_until(lambda: all(t in shared.said("host-a") for t in took), 120, "host-a to leave them")
+    with shared.gates.all_open():
+        shared.wait(*HOSTS)
 
     trials = {t.number: t for t in shared.assert_exact()}  # host-a neither told them
     assert all(host_of(trials[n]) != "host-a" for n in numbers)  # nor stopped their jobs
-    said = shared.said("host-a")
-    for number in numbers:  # it found them taken, or (stopped while telling) told first
-        left = (f"trial {number}: {how}" for how in ("another launcher took", "finished by"))
-        assert any(line in said for line in left), said

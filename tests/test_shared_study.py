@@ -9,13 +9,16 @@ from pathlib import Path
 import optuna
 import pytest
 from conftest import clean_env
+from gates import Gates
 from optuna.distributions import FloatDistribution, IntDistribution
 from sweep_helpers import load_study, sweep_runs, synthetic_project
 
 from paiexp.config import SamplerConfig
+from paiexp.sweep.records import OWNER
 from paiexp.sweep.study import create_sampler, create_storage
 
 LAUNCHERS = 3
+PARALLELISM = 2
 N_TRIALS = 12
 SPACE = {"x": FloatDistribution(-3, 3, step=0.001), "n": IntDistribution(0, 1000)}
 SEEDED = ["tpe", "random", "nsgaii", "nsgaiii", "bruteforce"]  # cmaes, gp: need cmaes, torch
@@ -56,14 +59,15 @@ def test_launchers_started_together_share_the_study_and_its_runs(tmp_path: Path)
     root = synthetic_project(
         tmp_path,
         {
-            "params": {"x": "interval(-3, 3)", "duration": 1.0},
+            "params": {"x": "interval(-3, 3)", "duration": 0.1},
             "n_trials": N_TRIALS,
-            "parallelism": 2,
+            "parallelism": PARALLELISM,
             "sampler": {"name": "tpe", "seed": 7},  # the same seed in every launcher
         },
     )
     ledger = tmp_path / "ledger.txt"
-    env = clean_env(LEDGER=str(ledger))
+    gates = Gates(tmp_path / "gates")
+    env = clean_env(LEDGER=str(ledger), **gates.env())
     launchers = [
         subprocess.Popen(
             [sys.executable, "-m", "paiexp", "+sweep=syn"],
@@ -75,9 +79,14 @@ def test_launchers_started_together_share_the_study_and_its_runs(tmp_path: Path)
         )
         for _ in range(LAUNCHERS)
     ]
-    for launcher in launchers:
-        _, stderr = launcher.communicate(timeout=200)
-        assert launcher.returncode == 0, stderr
+    # no job ends before every launcher has asked for both its trials: they ask together
+    gates.wait_held(LAUNCHERS * PARALLELISM)
+    owners = {t.user_attrs[OWNER] for t in load_study(root).trials}
+    assert len(owners) == LAUNCHERS, owners
+    with gates.all_open():
+        for launcher in launchers:
+            _, stderr = launcher.communicate(timeout=200)
+            assert launcher.returncode == 0, stderr
 
     assert len(ledger.read_text().splitlines()) == N_TRIALS  # one execution per trial
     trials = load_study(root).trials

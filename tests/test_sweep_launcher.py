@@ -1,4 +1,8 @@
-"""The asynchronous launcher on a synthetic job: pruning, failures, retries, interrupts."""
+"""The asynchronous launcher on a synthetic job: pruning, failures, retries, interrupts.
+
+A job that must still run when something happens to it (pruned, its runner killed, Ctrl-C, the
+sweep's timeout) is held at its gate (tests/gates.py) until the test lets it end.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,12 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from conftest import clean_env, run_paiexp, wait_until
+from gates import Gates
 from sweep_helpers import (
     children_by_trial,
     jobs_dir,
@@ -44,11 +50,23 @@ def start_sweep(root: Path, *args: str, env: dict[str, str] | None = None) -> su
 
 
 def test_bad_trials_are_pruned_and_their_jobs_stopped(tmp_path: Path) -> None:
+    steps = 5
     root = synthetic_project(
-        tmp_path, third_trial_pruned({"x": "interval(-3, 3)", "duration": 4.0, "steps": 20})
+        tmp_path, third_trial_pruned({"x": "interval(-3, 3)", "duration": 0.2, "steps": steps})
     )
-    result = run_paiexp(root, "+sweep=syn")
-    assert result.returncode == 0, result.stderr
+    gates = Gates(tmp_path / "gates")
+    launcher = start_sweep(root, env=clean_env(**gates.env()))
+    for number in (0, 1):  # each ends once its steps are reported, as the pruner's measure
+        (job,) = gates.wait_held(1)
+        wait_until(
+            lambda n=number: len(load_study(root).trials[n].intermediate_values) == steps,
+            120,
+            f"trial {number}'s steps to be reported",
+        )
+        gates.open([job])
+    _, err = launcher.communicate(timeout=120)  # the third job is held: it cannot end itself
+    assert launcher.returncode == 0, err
+    assert len(gates.opened()) == 2  # not the third: it was stopped before it could end
     study = load_study(root)
     states = [t.state.name for t in study.trials]
     assert states == ["COMPLETE", "COMPLETE", "PRUNED"]
@@ -56,7 +74,6 @@ def test_bad_trials_are_pruned_and_their_jobs_stopped(tmp_path: Path) -> None:
     name = pruned.user_attrs["paiexp:job_name"]
     state = job_state(root, name)
     assert state["state"] == "STOPPED"
-    assert state["ended_at"] - state["started_at"] < 3.0  # stopped well before its 4 s
     assert gone(state["pgid"])
     assert max(pruned.intermediate_values) >= 1
     by_trial = children_by_trial(root)
@@ -116,17 +133,19 @@ def test_a_job_lost_to_the_platform_is_retried(tmp_path: Path) -> None:
     root = synthetic_project(
         tmp_path,
         {
-            "params": {"x": "interval(-1, 1)", "duration": 3.0},
+            "params": {"x": "interval(-1, 1)", "duration": 0.1},
             "n_trials": 2,
             "parallelism": 1,
             "retries": 1,
         },
     )
-    launcher = start_sweep(root)
-    wait_until(lambda: running_jobs(root), 60, "a job of the sweep to run")
+    gates = Gates(tmp_path / "gates")
+    launcher = start_sweep(root, env=clean_env(**gates.env()))
+    gates.wait_held(1)  # the job runs, held until the test lets it end
     (victim,) = running_jobs(root)
     os.kill(read_json(victim / "state.json")["runner_pid"], signal.SIGKILL)
-    _out, err = launcher.communicate(timeout=120)
+    with gates.all_open():
+        _out, err = launcher.communicate(timeout=120)
     assert launcher.returncode == 0, err
     study = load_study(root)
     states = [(t.state.name, bool(t.user_attrs.get("paiexp:retried"))) for t in study.trials]
@@ -141,16 +160,18 @@ def test_ctrl_c_stops_jobs_and_a_rerun_finishes_the_study(tmp_path: Path) -> Non
     root = synthetic_project(
         tmp_path,
         {
-            "params": {"x": "interval(-1, 1)", "duration": 20.0, "steps": 40},
+            "params": {"x": "interval(-1, 1)", "duration": 0.1},
             "n_trials": 3,
         },
     )
-    env = clean_env(LEDGER=str(ledger))
+    gates = Gates(tmp_path / "gates")
+    env = clean_env(LEDGER=str(ledger), **gates.env())
     launcher = start_sweep(root, env=env)
-    wait_until(lambda: len(running_jobs(root)) == 2, 60, "two jobs of the sweep to run")
+    gates.wait_held(2)  # both jobs run, held: neither can end before the interrupt
     stopped = [read_json(d / "state.json")["pgid"] for d in running_jobs(root)]
+    assert len(stopped) == 2
     launcher.send_signal(signal.SIGINT)
-    _out, err = launcher.communicate(timeout=60)
+    _out, err = launcher.communicate(timeout=120)
     assert launcher.returncode == 130, err
     assert "interrupted" in err
     assert all(gone(pgid) for pgid in stopped)
@@ -159,9 +180,8 @@ def test_ctrl_c_stops_jobs_and_a_rerun_finishes_the_study(tmp_path: Path) -> Non
     assert [t.state.name for t in study.trials] == ["FAIL", "FAIL", "WAITING", "WAITING"]
     assert all(t.user_attrs["paiexp:retried"] for t in study.trials[:2])
 
-    rerun = run_paiexp(
-        root, "+sweep=syn", "job.hyperparameters.duration=0.3", "sweep.params.duration=0.3", env=env
-    )
+    with gates.all_open():
+        rerun = run_paiexp(root, "+sweep=syn", env=env)
     assert rerun.returncode == 0, rerun.stderr
     study = load_study(root)
     complete = [t for t in study.trials if t.state.name == "COMPLETE"]
@@ -178,21 +198,23 @@ def test_ctrl_c_with_detach_leaves_jobs_running_for_the_next_launch(tmp_path: Pa
     root = synthetic_project(
         tmp_path,
         {
-            "params": {"x": "interval(-1, 1)", "duration": 15.0},
+            "params": {"x": "interval(-1, 1)", "duration": 0.1},
             "n_trials": 3,
             "on_interrupt": "detach",
         },
     )
-    env = clean_env(LEDGER=str(ledger))
+    gates = Gates(tmp_path / "gates")
+    env = clean_env(LEDGER=str(ledger), **gates.env())
     launcher = start_sweep(root, env=env)
-    wait_until(lambda: len(running_jobs(root)) == 2, 60, "two jobs of the sweep to run")
+    held = gates.wait_held(2)  # both jobs run, held until the next launch lets them end
     launcher.send_signal(signal.SIGINT)
-    _, err = launcher.communicate(timeout=60)
+    _, err = launcher.communicate(timeout=120)
     assert launcher.returncode == 130, err
-    assert len(running_jobs(root)) == 2  # still running, detached
+    assert len(running_jobs(root)) == 2 and sorted(gates.held()) == sorted(held)  # detached
     assert [t.state.name for t in load_study(root).trials] == ["RUNNING", "RUNNING"]
 
-    rerun = run_paiexp(root, "+sweep=syn", env=env)
+    with gates.all_open():
+        rerun = run_paiexp(root, "+sweep=syn", env=env)
     assert rerun.returncode == 0, rerun.stderr
     assert "re-attaching" in rerun.stderr
     study = load_study(root)
@@ -233,16 +255,24 @@ def test_multi_objective_sweep_over_a_job_key(tmp_path: Path) -> None:
 
 
 def test_timeout_ends_the_sweep_without_failing_it(tmp_path: Path) -> None:
+    timeout = 1.0
     root = synthetic_project(
         tmp_path,
         {
-            "params": {"x": "interval(-1, 1)", "duration": 1.5},
+            "params": {"x": "interval(-1, 1)", "duration": 0.1},
             "n_trials": 10,
             "parallelism": 1,
-            "timeout": 1.0,
+            "timeout": timeout,
         },
     )
-    result = run_paiexp(root, "+sweep=syn")
-    assert result.returncode == 0, result.stderr
-    assert "sweep.timeout of 1 s reached" in result.stderr
+    gates = Gates(tmp_path / "gates")
+    launcher = start_sweep(root, env=clean_env(**gates.env()))
+    (job,) = gates.wait_held(1)
+    # held for the timeout, counted from before it started: the first job ends past it
+    held_at = time.monotonic()
+    wait_until(lambda: time.monotonic() - held_at > timeout, 10, "sweep.timeout to pass")
+    gates.open([job])
+    _, err = launcher.communicate(timeout=120)
+    assert launcher.returncode == 0, err
+    assert "sweep.timeout of 1 s reached" in err
     assert [t.state.name for t in load_study(root).trials] == ["COMPLETE"]
