@@ -127,11 +127,13 @@ def local_platform(
 
     @contextlib.contextmanager
     def failing() -> Iterator[Backend]:
-        # The local platform is this machine's file system: a root that cannot be a directory
-        # (a file is in its way; permissions would not stop root).
+        # The local platform is this machine's file system: a root that can no longer be a
+        # directory (a file got in its way once the backend was made; permissions would not
+        # stop root, and a root that cannot be made is refused as the backend is made).
         blocker = tmp_path / "not-a-directory"
+        broken = LocalBackend(dataclasses.replace(config, root=str(blocker / "jobs")), tmp_path)
         blocker.write_text("")
-        yield LocalBackend(dataclasses.replace(config, root=str(blocker / "jobs")), tmp_path)
+        yield broken
 
     return Platform(
         name="local-warm" if warm else "local",
