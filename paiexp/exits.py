@@ -24,7 +24,7 @@ def killed_by(exit_code: int) -> signal.Signals | None:
 
 def failure_reason(exit_code: int, *, sigkill_hint: str = "") -> str:
     """The reason a command with a nonzero ``exit_code`` failed; ``sigkill_hint`` follows a
-    SIGKILL's name (usually a guess at the out-of-memory killer)."""
+    SIGKILL's name (what the kernel said of it, see :mod:`paiexp.oom`)."""
     killer = killed_by(exit_code)
     if killer is None:
         return f"command exited with code {exit_code}"

@@ -12,13 +12,15 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+from collections.abc import Callable
 from typing import NoReturn
 
 
-def exit_as_python(code: object) -> NoReturn:
+def exit_as_python(code: object, tell: Callable[[int], None] | None = None) -> NoReturn:
     """End the process as the interpreter's own exit would for ``sys.exit(code)``: its other
     (non-daemon) threads joined, ``atexit`` functions run, a code that is not a number
-    printed, standard streams flushed (120 if that fails); then leave at once."""
+    printed, standard streams flushed (120 if that fails); then leave at once, having
+    passed ``tell`` the exit status, if given."""
     threading = sys.modules.get("threading")
     if threading is not None:  # what the interpreter calls first as it exits: the functions
         threading._shutdown()  # threading._register_atexit took, then joins the threads
@@ -35,4 +37,6 @@ def exit_as_python(code: object) -> NoReturn:
             stream.flush()
         except Exception:
             status = 120
+    if tell is not None:
+        tell(status & 0xFF)
     os._exit(status & 0xFF)

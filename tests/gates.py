@@ -46,6 +46,11 @@ class Gates:
         return wait_until(held, timeout, f"{count} jobs to be held at their gates")
 
     @staticmethod
+    def pid(job: Path) -> int:
+        """The pid of the held job ``job`` (its Python process)."""
+        return int(job.read_text())
+
+    @staticmethod
     def open(jobs: list[Path]) -> None:
         """Let ``jobs`` (as :meth:`held` returned them) end."""
         for job in jobs:

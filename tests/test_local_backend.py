@@ -207,3 +207,43 @@ def test_a_job_starts_with_a_copy_of_the_checkpoints_it_is_given(tmp_path: Path)
     assert wait_for(backend, later).state is JobState.SUCCEEDED
     assert read_all_logs(backend, later) == ["2"]
     assert (backend.job_dir("earlier") / "ml/output/checkpoints/epoch").read_text() == "2\n"
+
+
+def memory_cgroup(name: str, limit: int) -> Path:
+    """A memory cgroup of this test's own (cgroup v1's memory controller, or v2), limited to
+    ``limit`` bytes; the test runs as root to make it."""
+    v1 = Path("/sys/fs/cgroup/memory")
+    group = (v1 if v1.is_dir() else Path("/sys/fs/cgroup")) / name
+    group.mkdir()
+    limit_file = "memory.limit_in_bytes" if v1.is_dir() else "memory.max"
+    (group / limit_file).write_text(str(limit))
+    return group
+
+
+def test_sigkill_says_out_of_memory_only_when_the_kernel_did_it(tmp_path: Path) -> None:
+    """A job killed from outside is "killed by SIGKILL", nothing guessed; one the kernel's
+    out-of-memory killer killed (it went past its cgroup's 64 MiB) says out of memory."""
+    backend = make_backend(tmp_path)
+    ledger = tmp_path / "pid"
+    handle = backend.submit(JobSpec(name="killed", command=f"echo $$ > {ledger}; exec sleep 600"))
+    pid = int(wait_until(lambda: ledger.exists() and ledger.read_text().strip(), 30, "a pid"))
+    os.kill(pid, 9)
+    killed = wait_for(backend, handle)
+    assert killed.state is JobState.FAILED
+    # (the kernel's other kills meanwhile, on a shared machine, would be named as such)
+    assert killed.reason.startswith("command killed by SIGKILL"), killed.reason
+    assert "out of memory" not in killed.reason
+
+    group = memory_cgroup(f"paiexp-test-{os.getpid()}", 64 << 20)
+    try:
+        command = (
+            f"echo $$ > {group}/cgroup.procs && exec {sys.executable} -c 'x = b\"x\" * (512 << 20)'"
+        )
+        handle = backend.submit(JobSpec(name="oom", command=command))
+        oom = wait_for(backend, handle)
+    finally:
+        group.rmdir()
+    assert oom.state is JobState.FAILED
+    assert oom.reason == (
+        "command killed by SIGKILL: out of memory (the kernel's out-of-memory killer killed it)"
+    )

@@ -45,6 +45,7 @@ from paiexp.sweep.tracking_messages import (
     NewParentRun,
     OpenParent,
     RunCreated,
+    Sent,
     StartAndFinishChild,
     StartChild,
     TrackingSetup,
@@ -480,7 +481,7 @@ def test_the_queue_joins_a_trials_start_with_its_waiting_finish_only() -> None:
     best = UpdateBest({"best": 1.0}, 1, {}, "a")
     adopted = start_child("c", 2, adopted=True)
     shared = dataclasses.replace(start_child("d", 3), shared=True)
-    sent = [
+    calls_sent = [
         start_child("a", 0),
         start_child("b", 1),
         finish("a"),
@@ -490,22 +491,27 @@ def test_the_queue_joins_a_trials_start_with_its_waiting_finish_only() -> None:
         shared,
         finish("d"),
     ]
-    for call in sent:
-        calls.put(call)
+    sent = [Sent(number, 1000.0 + number, call) for number, call in enumerate(calls_sent)]
+    sent[2] = dataclasses.replace(sent[2], again=True)  # a's finish sent to a new process
+    for message in sent:
+        calls.put(message)
     queued = CallQueue(calls)
     taken = [queued.take() for _ in range(len(sent) - 1)]
     assert taken == [
-        StartAndFinishChild(sent[0], sent[2]),  # a's finish waited: joined in a's start's place
+        # a's finish waited: joined in a's start's place, stamped as the finish, sent again
+        Sent(0, 1002.0, StartAndFinishChild(calls_sent[0], calls_sent[2]), True, joined=2),
         sent[1],  # b's has not come
-        best,
-        adopted,  # an adopted trial's run may exist: never joined
+        sent[3],
+        sent[4],  # an adopted trial's run may exist: never joined
         sent[5],
-        shared,  # another launcher may adopt it: never joined
+        sent[6],  # another launcher may adopt it: never joined
         sent[7],
     ]
-    calls.put(finish("b"))
+    assert taken[0].numbers == (0, 2) and sent[1].numbers == (1,)
+    finish_b = Sent(8, 1008.0, finish("b"))
+    calls.put(finish_b)
     calls.put(Close())
-    assert [queued.take(), queued.take()] == [finish("b"), Close()]
+    assert [queued.take(), queued.take()] == [finish_b, Close()]
 
 
 def test_a_sweeps_store_is_written_ahead_and_left_as_mlflow_leaves_it(tmp_path: Path) -> None:

@@ -27,10 +27,9 @@ def outcome(job_dir: Path, state: dict[str, Any], resources: Resources) -> tuple
         return JobState.FAILED, failure.read_text().strip()
     if code == 0:
         return JobState.SUCCEEDED, ""
-    if state.get("OOMKilled"):
+    if state.get("OOMKilled"):  # the engine's word: never a guess from a SIGKILL
         return JobState.FAILED, f"killed: out of memory ({limit})"
-    hint = f": out of memory? ({limit})" if resources.memory else ""
-    return JobState.FAILED, failure_reason(code, sigkill_hint=hint)
+    return JobState.FAILED, failure_reason(code)
 
 
 def timestamp(value: str) -> float | None:

@@ -45,7 +45,7 @@ from paiexp.backends.checks import (
     oss_channels,
 )
 from paiexp.backends.jobdir import JobDirectories, LocalResults, read_log_file
-from paiexp.backends.local_runner import FULL_DISK, LOCK_FILE, NO_PRIVATE_ML
+from paiexp.backends.local_runner import FULL_DISK, LOCK_FILE, NO_PRIVATE_ML, PLATFORM_FAILURE
 from paiexp.backends.threads import cpu_share, thread_environment
 from paiexp.backends.warm_pool import WarmInterpreters
 from paiexp.errors import UserError
@@ -364,7 +364,7 @@ def _status_of(state: dict[str, Any]) -> JobStatus:
         exit_code=state.get("exit_code"),
         started_at=state.get("started_at"),
         ended_at=state.get("ended_at"),
-        infrastructure=FULL_DISK in state,
+        infrastructure=FULL_DISK in state or bool(state.get(PLATFORM_FAILURE)),
         full_disk=state.get(FULL_DISK),
     )
 

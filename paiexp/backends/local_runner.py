@@ -51,6 +51,12 @@ RUNNING, SUCCEEDED, FAILED, STOPPED = "RUNNING", "SUCCEEDED", "FAILED", "STOPPED
 LOCK_FILE = "runner.lock"
 NO_PRIVATE_ML = "no_private_ml"  # in the state: why the job sees the host's /ml
 WARM = "warm"  # in the state: the command was forked by the sweep's warm interpreter
+# In the state: the job failed for the platform's reason, not its own (retried in a sweep).
+PLATFORM_FAILURE = "platform_failure"
+STATUS_LOST = (
+    "its warm interpreter died, and the job ended without telling its exit status "
+    "(killed by a signal?): the platform's failure, not the job's"
+)
 FULL_DISK = "full_disk"  # in the state: the job failed because its directory's disk was full
 DISK_FULL_RETRY = 1.0  # seconds between tries of a state write that found the disk full
 DISK_FULL_PATIENCE = 24 * 3600.0  # seconds such a write is tried for, then the runner gives up
@@ -74,6 +80,7 @@ class Runner:
         self.alarms: dict[str, float] = {}  # what to do -> when (monotonic)
         self.host_ml: mlroot.Snapshot | None = None  # without a private /ml: the host's
         self.disk_was_full = False  # a state write of this runner found the disk full
+        self.command_started = 0.0  # time.monotonic() as the command started
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.job_dir, *parts)
@@ -191,6 +198,7 @@ class Runner:
     def run_command(self, log: IO[bytes]) -> int:
         if self.stop_reason is not None:
             return -signal.SIGTERM
+        self.command_started = time.monotonic()
         self.child = self.warm_start(log) or subprocess.Popen(
             ["/bin/sh", "-c", self.spec["command"]],
             cwd=self.working_dir,
@@ -209,6 +217,8 @@ class Runner:
         if max_run_time:
             self.schedule("max_run_time", max_run_time)
         exit_code = self.child.wait()
+        if exit_code is None:  # forked, and its exit status lost with the warm interpreter
+            return -signal.SIGKILL
         if self.stop_reason is None and not isinstance(self.child, subprocess.Popen):
             return self.child.as_sh_reports(exit_code)  # forked: no sh reported its end
         return exit_code
@@ -262,10 +272,13 @@ class Runner:
         unpersisted = self.persist_outputs()
         if self.stop_reason is not None:
             state, reason = self.stop_reason
+        elif self.status_lost():
+            state, reason = FAILED, STATUS_LOST
+            self.state[PLATFORM_FAILURE] = True
         elif exit_code == 0:
             state, reason = SUCCEEDED, ""
         else:
-            state, reason = FAILED, failure_reason(exit_code, sigkill_hint=" (out of memory?)")
+            state, reason = FAILED, failure_reason(exit_code, sigkill_hint=self.sigkill_hint())
         if state != STOPPED and unpersisted:
             state, reason = FAILED, f"{unpersisted}; {reason}" if reason else unpersisted
         if state != STOPPED and self.wrote_host_ml():  # its outputs are lost: never SUCCEEDED
@@ -280,6 +293,18 @@ class Runner:
         self.write_state(
             state=state, reason=reason or None, exit_code=exit_code, ended_at=time.time()
         )
+
+    def status_lost(self) -> bool:
+        """Whether the command was forked warm and its exit status died with the warm
+        interpreter (the job ended without telling it)."""
+        return getattr(self.child, "status_lost", False)
+
+    def sigkill_hint(self) -> str:
+        """What the kernel's log says of a SIGKILL's cause (its out-of-memory killer)."""
+        from paiexp.oom import sigkill_reason
+
+        assert self.child is not None
+        return sigkill_reason(self.child.pid, self.command_started)
 
     def found_disk_full(self) -> bool:
         """Whether the job's disk was full as it failed: a state write found it so, the job's

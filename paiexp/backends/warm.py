@@ -10,9 +10,12 @@ session (its own process group), takes the log as stdout and stderr, replaces ``
 reseeds the random state it inherited, runs the script as ``__main__`` and exits as Python
 does (its other threads joined, ``atexit`` run, output flushed), without freeing the objects
 of the imports one by one, which takes the fork most of a tenth of a second.  The warm
-interpreter reports the fork's pid, then its exit code, to the runner.  Where an import fails,
-it forks nothing: each runner it answers runs its job as before.  It stops taking jobs when
-the launcher's pipe (its standard input) closes, and exits once its jobs have ended.
+interpreter reports the fork's pid, then its exit code, to the runner; the fork keeps the
+runner's connection and tells its own exit code as it exits, so that should the warm
+interpreter die first, its jobs run on and their runners still learn how they ended.  Where
+an import fails, it forks nothing: each runner it answers runs its job as before.  It stops
+taking jobs when the launcher's pipe (its standard input) closes, and exits once its jobs
+have ended.
 
 Standard library only.
 """
@@ -48,11 +51,16 @@ def main(argv: list[str]) -> None:
     refusal = preload(argv[1:])
     job = serve(listener, refusal)
     if job is not None:  # in the fork: the job, run from the top of the stack
+        order, descriptors, runner = job
+
+        def tell_exit(status: int) -> None:  # its runner hears it should this process die
+            tell(runner, exit=status)
+
         try:
-            run_job(*job)
+            run_job(order, descriptors)
         except SystemExit as exc:
-            exit_as_python(exc.code)
-        exit_as_python(0)
+            exit_as_python(exc.code, tell_exit)
+        exit_as_python(0, tell_exit)
 
 
 def preload(modules: list[str]) -> str | None:
@@ -65,7 +73,7 @@ def preload(modules: list[str]) -> str | None:
     return None
 
 
-Job = tuple[dict[str, Any], list[int]]
+Job = tuple[dict[str, Any], list[int], socket.socket]  # order, descriptors, the runner
 
 
 def serve(listener: socket.socket, refusal: str | None) -> Job | None:
@@ -112,6 +120,7 @@ def serve(listener: socket.socket, refusal: str | None) -> Job | None:
 def fork_job(connection: socket.socket, refusal: str | None) -> int | Job | None:
     """Read a runner's order and fork its job: the job's pid here, the order in the fork,
     None when there is no job to fork (the runner is told why and runs it as before)."""
+    order: dict[str, Any]
     try:
         if not same_user(connection):
             connection.close()
@@ -134,9 +143,8 @@ def fork_job(connection: socket.socket, refusal: str | None) -> int | Job | None
     # so copy) every page of what was imported here, costing it a third of a second.
     gc.freeze()
     pid = os.fork()
-    if pid == 0:
-        connection.close()
-        return order, descriptors
+    if pid == 0:  # the job keeps its runner's connection, to tell its own exit
+        return order, descriptors, connection
     os.setpgid(pid, pid)  # as the fork does: its group exists before the runner signals it
     for descriptor in descriptors:
         os.close(descriptor)
@@ -151,7 +159,7 @@ def same_user(connection: socket.socket) -> bool:
     return bool(uid == os.getuid())
 
 
-def read_order(connection: socket.socket) -> Job:
+def read_order(connection: socket.socket) -> tuple[dict[str, Any], list[int]]:
     """The runner's one JSON line, and the descriptors it sent with it."""
     data, descriptors, _, _ = socket.recv_fds(connection, ORDER_BYTES, MAX_DESCRIPTORS)
     while not data.endswith(b"\n"):

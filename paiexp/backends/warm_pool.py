@@ -86,7 +86,8 @@ class WarmInterpreters:
         # Imported under the jobs' settings (thread counts above all); a job's own paths aside.
         settings = {name: value for name, value in env.items() if not name.startswith("PAI_")}
         key = (tuple(modules), tuple(sorted(settings.items())))
-        if key not in self.started:
+        started = self.started.get(key)
+        if started is None or started[1].poll() is not None:  # none yet, or it died
             self.started[key] = _start(modules, settings)
         return self.started[key][0]
 

@@ -29,23 +29,29 @@ NAMESPACES = ("user", "mnt")  # the runner's, joined by the job in this order
 
 
 class WarmProcess:
-    """A job forked by the warm interpreter, which reports its exit code here."""
+    """A job forked by the warm interpreter, which reports its exit code here; so does the
+    job itself as it exits (it holds this connection too), so that a job whose warm
+    interpreter died runs on to its end, followed."""
 
     def __init__(self, pid: int, replies: BinaryIO, log: int) -> None:
         self.pid = pid
         self.replies = replies
         self.log = log
         self.core_dumped = False
+        self.status_lost = False  # it ended untold: the warm interpreter had died
 
-    def wait(self) -> int:
-        """The job's exit code as ``Popen.wait`` gives it (-N: killed by signal N).  Should
-        the warm interpreter die first, the job is stopped: its exit code is then lost."""
-        reply = _read_reply(self.replies)
-        if reply is None or "exit" not in reply:
-            kill_group(self.pid, signal.SIGKILL)
-            return -signal.SIGKILL
-        self.core_dumped = bool(reply.get("core"))
-        return int(reply["exit"])
+    def wait(self) -> int | None:
+        """The job's exit code as ``Popen.wait`` gives it (-N: killed by signal N); None when
+        it ended without telling (killed by a signal, ``os._exit``) after its warm
+        interpreter died: its exit status is lost."""
+        while (reply := _read_reply(self.replies)) is not None:
+            if "exit" in reply:
+                self.core_dumped = bool(reply.get("core"))
+                return int(reply["exit"])
+        # both ends closed untold; what it left running goes with it, as after any job
+        kill_group(self.pid, signal.SIGKILL)
+        self.status_lost = True
+        return None
 
     def as_sh_reports(self, exit_code: int) -> int:
         """The exit code ``sh -c`` reports for its command's ``exit_code``: a signal N that

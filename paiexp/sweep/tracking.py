@@ -9,8 +9,11 @@ again by their job name (a tag), which a trial records before its job exists.
 
 from __future__ import annotations
 
+import itertools
 import queue
-from typing import Any
+import signal
+import time
+from dataclasses import replace
 
 from paiexp.sweep import tracking_process
 from paiexp.sweep.tracker_protocol import Tracker
@@ -19,38 +22,79 @@ from paiexp.sweep.tracking_messages import (
     CallFailed,
     Close,
     Closed,
+    Done,
     Notice,
+    ParentOpened,
     Reply,
+    Resumed,
     RunCreated,
+    Sent,
     TrackingSetup,
 )
 
+# A tracking process that dies this many times in a row, no call done in between, is not
+# started again: the sweep's tracking has failed.
+MAX_RESTARTS = 3
+# While the launcher waits for the tracking process to close, how often it checks that the
+# process is alive (seconds; a reply ends the wait at once).
+LIVENESS_INTERVAL = 0.5
+
 
 class SweepTracker(Tracker):
-    """The launcher's handle on the tracking process: each call goes into its queue."""
+    """The launcher's handle on the tracking process: each call goes into its queue,
+    numbered, and is kept until the process says it is done.  A tracking process that dies
+    (killed, out of memory) is replaced at once by one that is told the runs the dead one
+    opened (the parent's, the trials') and sent every call not done, again: applied as
+    retries, stamped as first sent, they make each run whole once, as after a tracking
+    outage."""
 
     def __init__(self, setup: TrackingSetup) -> None:
         super().__init__()
-        started = tracking_process.take()  # the one the command started ahead, if any
-        self._calls: Any = started.calls
-        self._replies: Any = started.replies
-        self._process = started.process
-        self._calls.put(setup)
+        self._setup = setup
+        self._pending: dict[int, Sent] = {}  # sent, not done yet, in the order sent
+        self._parent_run_id: str | None = None
+        self._numbers = itertools.count()
+        self._closing = False
+        self._restarts = 0  # in a row, no call done since
+        self._attach(tracking_process.take(), setup)  # the one started ahead, if any
         self.uri: str | None = None
 
+    def _attach(self, started: tracking_process.TrackingProcess, setup: TrackingSetup) -> None:
+        self._started = started
+        started.calls.put(setup)
+
     def send(self, call: Call | Close) -> None:
-        self._calls.put(call)
+        if isinstance(call, Close):
+            self._closing = True
+            self._started.calls.put(call)
+            return
+        sent = Sent(next(self._numbers), time.time(), call)
+        self._pending[sent.number] = sent
+        self._started.calls.put(sent)
 
     def take_replies(self, *, block: bool = False) -> None:
-        """Take the replies so far; with ``block``, up to :class:`Closed`."""
+        """Take the replies so far; with ``block``, up to :class:`Closed` (or until the
+        tracking process has died for good).  A tracking process found dead is replaced."""
         while True:
             try:
-                reply: Reply = self._replies.get(block=block, timeout=None)
+                reply: Reply = self._started.replies.get(block=block, timeout=LIVENESS_INTERVAL)
             except queue.Empty:
-                return
+                if self._started.process.is_alive():
+                    if block:
+                        continue
+                    return
+                if not self._restart():
+                    return
+                continue
             match reply:
+                case Done(numbers=numbers):
+                    for number in numbers:
+                        self._pending.pop(number, None)
+                    self._restarts = 0
                 case RunCreated(job_name=job_name, run_id=run_id):
                     self._run_ids[job_name] = run_id
+                case ParentOpened(run_id=run_id):
+                    self._parent_run_id = run_id
                 case CallFailed(text=text, fatal=fatal, disk_full=disk_full):
                     self.errors.append(text)
                     if fatal:
@@ -65,9 +109,49 @@ class SweepTracker(Tracker):
                     self.best = reply.best
                     return
 
+    def _restart(self) -> bool:
+        """Replace the dead tracking process with a new one sent every call not done (and the
+        close, if sent); False, tracking failed, when it died too often or had failed."""
+        dead = self._started
+        dead.calls.cancel_join_thread()  # nobody reads what is left in its queue
+        how = exit_description(dead.process.exitcode)
+        if self._fatal is not None:  # nothing was being tracked any more
+            return False
+        self._restarts += 1
+        if self._restarts > MAX_RESTARTS:
+            self._fatal = (
+                f"the tracking process died {MAX_RESTARTS + 1} times in a row ({how}), "
+                "no call done in between"
+            )
+            return False
+        waiting = len(self._pending)
+        self.notify(
+            f"the tracking process died ({how}); a new one applies the {waiting} "
+            f"MLflow call{'s' if waiting != 1 else ''} it had not done"
+        )
+        made = Resumed(self._parent_run_id, dict(self._run_ids))
+        self._attach(tracking_process.TrackingProcess(), replace(self._setup, resumed=made))
+        for sent in self._pending.values():
+            self._started.calls.put(replace(sent, again=True))
+        if self._closing:
+            self._started.calls.put(Close())
+        return True
+
     def close(self) -> str | None:
         """Wait until every queued call is done; returns the tracking URI, if it opened."""
         self.send(Close())
         self.take_replies(block=True)
-        self._process.join()
+        self._started.process.join(LIVENESS_INTERVAL)
         return self.uri
+
+
+def exit_description(code: int | None) -> str:
+    """How a process ended, from ``multiprocessing``'s exit code (-N: signal N)."""
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"

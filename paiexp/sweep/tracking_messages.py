@@ -1,7 +1,8 @@
 """The channel between a sweep's launcher and its tracking process: typed calls and replies.
 
-The launcher sends one frozen message per call, in order; the tracking process answers with
-the runs it created, the calls that failed, notices for the user and, last, that it closed.
+The launcher sends one frozen message per call, numbered, in order; the tracking process
+answers with the runs it created, the calls that failed, the calls done, notices for the user
+and, last, that it closed.
 Everything here is plain picklable data: the launcher never imports MLflow.
 """
 
@@ -18,6 +19,15 @@ from paiexp.metrics import MetricPoint
 from paiexp.monitor import JobResult
 from paiexp.record import SourceInfo
 from paiexp.spec import JobSpec
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """What a tracking process that died had made, as the launcher heard it: the sweep's
+    parent run (None: not opened yet) and the trials' runs by job name."""
+
+    parent_run_id: str | None
+    runs: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -38,6 +48,7 @@ class TrackingSetup:
     storage_outage_timeout: float = 300.0  # sweep.storage_outage_timeout, in seconds
     heartbeat_grace: float = 60.0  # sweep.heartbeat_grace, in seconds
     launcher: str = ""  # the launcher's identity (its heartbeats'), as it names itself
+    resumed: Resumed | None = None  # for a tracking process replacing one that died
 
 
 @dataclass(frozen=True)
@@ -182,6 +193,26 @@ Call = (
 )
 
 
+@dataclass(frozen=True)
+class Sent:
+    """A call as the launcher sent it: numbered in the order sent, stamped with when (what
+    it logs is stamped so, however often it is tried).  ``again``: sent once more, to a new
+    tracking process after one died, which may have applied it in part.  ``joined``: the
+    number of a trial's finish the tracking process joined to its start (``call`` is then a
+    :class:`StartAndFinishChild`)."""
+
+    number: int
+    at: float
+    call: Call
+    again: bool = False
+    joined: int | None = None
+
+    @property
+    def numbers(self) -> tuple[int, ...]:
+        """The numbers of the calls this one carries out."""
+        return (self.number,) if self.joined is None else (self.number, self.joined)
+
+
 def call_name(call: Call) -> str:
     """The call's name in messages to the user: ``StartChild`` -> ``start_child``."""
     return re.sub(r"(?<!^)(?=[A-Z])", "_", type(call).__name__).lower()
@@ -199,6 +230,13 @@ class RunCreated:
 
 
 @dataclass(frozen=True)
+class ParentOpened:
+    """The sweep's parent run is open."""
+
+    run_id: str
+
+
+@dataclass(frozen=True)
 class CallFailed:
     """A call failed; ``fatal`` when nothing can be tracked any more (no parent run, a full
     disk: then ``disk_full`` says which, and the launcher stops)."""
@@ -206,6 +244,13 @@ class CallFailed:
     text: str
     fatal: bool
     disk_full: DiskFull | None = None
+
+
+@dataclass(frozen=True)
+class Done:
+    """The calls ``numbers`` were carried out (or given up): none is sent again."""
+
+    numbers: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -235,4 +280,4 @@ class Closed:
     best: BestRun | None = None  # as the parent run names it
 
 
-Reply = RunCreated | CallFailed | Notice | Closed
+Reply = RunCreated | ParentOpened | CallFailed | Done | Notice | Closed

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import queue
 from collections import deque
+from dataclasses import replace
 from typing import Any
 
 from paiexp.sweep.tracking_messages import (
-    Call,
     Close,
     FinishChild,
+    Sent,
     StartAndFinishChild,
     StartChild,
 )
@@ -26,20 +27,30 @@ class CallQueue:
 
     def __init__(self, calls: Any) -> None:
         self._calls = calls
-        self._waiting: deque[Call | Close] = deque()
+        self._waiting: deque[Sent | Close] = deque()
 
-    def take(self) -> Call | Close:
+    def take(self) -> Sent | Close:
         """The next call, waiting for one if none is queued."""
         if not self._waiting:
             self._waiting.append(self._calls.get())
         self._take_queued()
-        call = self._waiting.popleft()
-        if isinstance(call, StartChild) and not (call.adopted or call.shared):
-            finish = self._finish_of(call.job_name)
+        sent = self._waiting.popleft()
+        if isinstance(sent, Close):
+            return sent
+        start = sent.call
+        if isinstance(start, StartChild) and not (start.adopted or start.shared):
+            finish = self._finish_of(start.job_name)
             if finish is not None:
                 self._waiting.remove(finish)
-                return StartAndFinishChild(call, finish)
-        return call
+                assert isinstance(finish.call, FinishChild)
+                return replace(
+                    sent,
+                    at=finish.at,
+                    call=StartAndFinishChild(start, finish.call),
+                    again=sent.again or finish.again,
+                    joined=finish.number,
+                )
+        return sent
 
     def _take_queued(self) -> None:
         while True:
@@ -48,8 +59,12 @@ class CallQueue:
             except queue.Empty:
                 return
 
-    def _finish_of(self, job_name: str) -> FinishChild | None:
-        for call in self._waiting:
-            if isinstance(call, FinishChild) and call.job_name == job_name:
-                return call
+    def _finish_of(self, job_name: str) -> Sent | None:
+        for sent in self._waiting:
+            if (
+                isinstance(sent, Sent)
+                and isinstance(sent.call, FinishChild)
+                and sent.call.job_name == job_name
+            ):
+                return sent
         return None

@@ -1,7 +1,9 @@
 """The tracking process of a sweep: applies the launcher's calls to MLflow, in order.
 
 It dies with the launcher (a crash loses at most queued calls, which the next launch
-reconciles), ignores Ctrl-C (an interrupted sweep still closes its runs), applies each call as
+reconciles), ignores Ctrl-C and SIGTERM (an interrupted sweep still closes its runs), tells
+the launcher each call it is done with (should it die, a new one is sent the calls not done
+again, :mod:`paiexp.sweep.tracking`), applies each call as
 it comes (keeping up while trials run leaves the least for after the last one), logs the
 plots the launcher drew meanwhile, and exits without the interpreter's teardown.  Every
 MLflow call goes through :class:`paiexp.tracking.MlflowTracker`.
@@ -9,8 +11,8 @@ MLflow call goes through :class:`paiexp.tracking.MlflowTracker`.
 A tracking server that stops answering is waited for (:mod:`paiexp.outage`, up to
 ``tracker.outage_timeout``): the call that failed is tried again, the calls behind it wait
 in the queue in order, the trials go on.  Every call is idempotent when tried again: a run
-it may have created is found by its job name, final metrics carry the time of the first
-try, a run already closed is left so.  MLflow's own client retries, which would resend a
+it may have created is found by its job name, what it logs carries the time the launcher
+sent it, a run already closed is left so.  MLflow's own client retries, which would resend a
 request that reached the server, are turned off here.
 """
 
@@ -48,14 +50,18 @@ from paiexp.sweep.tracking_messages import (
     CallFailed,
     Close,
     Closed,
+    Done,
     FailChild,
     FinishChild,
     FinishedTrial,
     FinishParent,
     Notice,
     OpenParent,
+    ParentOpened,
     Reconcile,
+    Resumed,
     RunCreated,
+    Sent,
     StartAndFinishChild,
     StartChild,
     TrackingSetup,
@@ -78,6 +84,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+Made = RunCreated | ParentOpened  # what a call opened, told to the launcher
+
 # A launcher sharing a study waits this long for the leader's parent run, looking this often.
 PARENT_WAIT_SECONDS = 120.0
 PARENT_POLL_SECONDS = 0.5
@@ -91,7 +99,10 @@ def serve(calls: Any, replies: Any, launcher_pid: int) -> None:
     """The tracking process: imports MLflow, takes the sweep's :class:`TrackingSetup`, then
     applies the launcher's calls in order until :class:`Close`."""
     _die_with(launcher_pid)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
+    # Ctrl-C and a SIGTERM to the process group are the launcher's to handle: it closes the
+    # runs through this process, which dies with it
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"  # retried whole, idempotently, here
     loading = threading.Thread(target=load_mlflow, name="load-mlflow", daemon=True)
     loading.start()
@@ -104,40 +115,62 @@ def serve(calls: Any, replies: Any, launcher_pid: int) -> None:
     loading.join()
     quiet_about_full_disks(setup)
     worker = TrackingWorker(setup)
+    if setup.resumed is not None:
+        worker.resume(setup.resumed)
     outage = tracking_outage(setup, lambda text: replies.put(Notice(text)))
     queued = CallQueue(calls)
     while True:
         message = queued.take()
+        if isinstance(message, Sent):
+            apply_sent(worker, message, outage, setup, replies)
+            replies.put(Done(message.numbers))
+            continue
         if isinstance(message, Close):
-            if worker.opened:
-                tracker = worker.tracker
-                best = worker.best_run()
-                leave_write_ahead(tracker.uri)
-                replies.put(Closed(tracker.uri, tracker.experiment_id, worker.registered, best))
-            else:
-                replies.put(Closed(None))
+            replies.put(closed(worker))
             _exit(replies)
-        if worker.fatal:
-            continue
-        try:
-            created = apply_through_outages(worker, message, outage)
-        except Exception as exc:  # tracking must never take the sweep down
-            text = f"{call_name(message)}: {exc}"
-            full = tracking_disk_full(setup, exc)
-            if full is not None:  # the launcher stops; the next launch writes what is missing
-                worker.fatal = text
-                replies.put(CallFailed(text, True, full))
-                continue
-            # nothing can be tracked without a parent run, nor while the server stays away
-            fatal = not worker.parent_run_id or isinstance(exc, OutageTooLong)
-            if fatal:
-                worker.fatal = text
-            else:
-                log.warning("MLflow tracking call failed: %s", text)
-            replies.put(CallFailed(text, fatal))
-            continue
-        if created is not None:  # the launcher labels the trial's job with its run
-            replies.put(created)
+
+
+def closed(worker: TrackingWorker) -> Closed:
+    """The last reply: where the runs are and the sweep's best (the store left in its
+    rollback journal), or that MLflow never opened."""
+    if not (worker.opened or worker.parent_run_id):
+        return Closed(None)
+    try:
+        tracker = worker.tracker  # a replacement opens it here if no call did
+    except Exception as exc:
+        log.warning("MLflow did not open: %s", exc)
+        return Closed(None)
+    best = worker.best_run()
+    leave_write_ahead(tracker.uri)
+    return Closed(tracker.uri, tracker.experiment_id, worker.registered, best)
+
+
+def apply_sent(
+    worker: TrackingWorker, sent: Sent, outage: Outage, setup: TrackingSetup, replies: Any
+) -> None:
+    """Apply one call the launcher sent, replying with the run it created or why it failed;
+    once tracking has failed for good, calls are given up."""
+    if worker.fatal:
+        return
+    try:
+        created = apply_through_outages(worker, sent, outage)
+    except Exception as exc:  # tracking must never take the sweep down
+        text = f"{call_name(sent.call)}: {exc}"
+        full = tracking_disk_full(setup, exc)
+        if full is not None:  # the launcher stops; the next launch writes what is missing
+            worker.fatal = text
+            replies.put(CallFailed(text, True, full))
+            return
+        # nothing can be tracked without a parent run, nor while the server stays away
+        fatal = not worker.parent_run_id or isinstance(exc, OutageTooLong)
+        if fatal:
+            worker.fatal = text
+        else:
+            log.warning("MLflow tracking call failed: %s", text)
+        replies.put(CallFailed(text, fatal))
+        return
+    if created is not None:  # the launcher labels the trial's job with its run
+        replies.put(created)
 
 
 def load_mlflow() -> None:
@@ -185,16 +218,16 @@ def tracking_outage(setup: TrackingSetup, notify: Callable[[str], None]) -> Outa
     )
 
 
-def apply_through_outages(worker: TrackingWorker, call: Call, outage: Outage) -> RunCreated | None:
-    """Apply ``call``, tried again while the tracking store is down; each try after the first
-    knows it is a retry, and all share the time of the first."""
-    first_try = time.time()
+def apply_through_outages(worker: TrackingWorker, sent: Sent, outage: Outage) -> Made | None:
+    """Apply a call, tried again while the tracking store is down; each try after the first
+    (and every try of a call sent again) knows it is a retry, and all are stamped with the
+    time the launcher sent it."""
     tries = 0
 
-    def attempt() -> RunCreated | None:
+    def attempt() -> Made | None:
         nonlocal tries
         tries += 1
-        return worker.apply(call, at=first_try, retried=tries > 1)
+        return worker.apply(sent.call, at=sent.at, retried=sent.again or tries > 1)
 
     return outage.call(attempt)
 
@@ -279,16 +312,21 @@ class TrackingWorker:
             )
         return self._study
 
-    def apply(
-        self, call: Call, *, at: float | None = None, retried: bool = False
-    ) -> RunCreated | None:
-        """Carry out one call; a trial's run, when the call created one.  ``at``: when the
+    def resume(self, resumed: Resumed) -> None:
+        """Take over from a tracking process that died: its parent run and the trials' runs
+        it made, which may hold part of what their calls, sent again, log."""
+        self.parent_run_id = resumed.parent_run_id or ""
+        self.runs.update(resumed.runs)
+        self.inherited.update(resumed.runs)
+
+    def apply(self, call: Call, *, at: float | None = None, retried: bool = False) -> Made | None:
+        """Carry out one call; the run it opened, if any (the parent, a trial's).  ``at``: when the
         call was first tried (what it logs is stamped so; default now); ``retried``: an
         earlier try failed part way, so what it creates may exist already."""
         at = time.time() if at is None else at
         match call:
             case OpenParent():
-                self.open_parent(call)
+                return ParentOpened(self.open_parent(call))
             case Reconcile():
                 self.reconcile(call.trials, at=at)
             case StartChild():
@@ -314,7 +352,7 @@ class TrackingWorker:
 
     # -- parent ----------------------------------------------------------------------------
 
-    def open_parent(self, call: OpenParent) -> None:
+    def open_parent(self, call: OpenParent) -> str:
         """Find or create the study's parent run and mark it RUNNING again.
 
         Launchers sharing a study share its parent run.  The leader (the launcher that chose
@@ -338,6 +376,7 @@ class TrackingWorker:
         self.tracker.set_status(run_id, "RUNNING")
         self.tracker.set_tags(run_id, call.invocation)
         self.parent_run_id = run_id
+        return run_id
 
     def wait_for_parent(self, sweep_id: str) -> str | None:
         """The leader's parent run, once it exists; None when the leader is gone before

@@ -7,8 +7,8 @@ the model channel). Every execution appends its hyperparameters
 (PAI_HPS, one line) to the file named by $LEDGER, so tests can count executions and tell
 whose they were (every job's working directory is /ml/usercode, as on PAI). With $GATE
 set, a job ends only once the file it names exists (a test holds jobs running that way). With
-$GATES set (a directory), each job is held on its own: it makes ID.held there and ends only
-once the test makes ID.open.
+$GATES set (a directory), each job is held on its own: it makes ID.held there (holding its
+pid) and ends only once the test makes ID.open.
 """
 
 import json
@@ -37,7 +37,9 @@ while gate and not os.path.exists(gate):
 gates = os.environ.get("GATES")
 if gates:
     held = os.path.join(gates, uuid.uuid4().hex)
-    open(held + ".held", "w").close()
+    with open(held + ".tmp", "w") as stream:  # its pid, whole once it is held
+        stream.write(str(os.getpid()))
+    os.replace(held + ".tmp", held + ".held")
     while not os.path.exists(held + ".open"):
         time.sleep(0.05)
 
