@@ -10,7 +10,6 @@ again by their job name (a tag), which a trial records before its job exists.
 from __future__ import annotations
 
 import itertools
-import queue
 import signal
 import time
 from dataclasses import replace
@@ -35,9 +34,6 @@ from paiexp.sweep.tracking_messages import (
 # A tracking process that dies this many times in a row, no call done in between, is not
 # started again: the sweep's tracking has failed.
 MAX_RESTARTS = 3
-# While the launcher waits for the tracking process to close, how often it checks that the
-# process is alive (seconds; a reply ends the wait at once).
-LIVENESS_INTERVAL = 0.5
 
 
 class SweepTracker(Tracker):
@@ -74,15 +70,15 @@ class SweepTracker(Tracker):
 
     def take_replies(self, *, block: bool = False) -> None:
         """Take the replies so far; with ``block``, up to :class:`Closed` (or until the
-        tracking process has died for good).  A tracking process found dead is replaced."""
+        tracking process has died for good).  A tracking process found dead (its pipe ended:
+        every whole reply it wrote read first) is replaced."""
         while True:
+            replies = self._started.replies
             try:
-                reply: Reply = self._started.replies.get(block=block, timeout=LIVENESS_INTERVAL)
-            except queue.Empty:
-                if self._started.process.is_alive():
-                    if block:
-                        continue
+                if not replies.poll(None if block else 0):
                     return
+                reply: Reply = replies.recv()
+            except (EOFError, OSError):  # it died (a reply it was cut off in is dropped)
                 if not self._restart():
                     return
                 continue
@@ -114,6 +110,8 @@ class SweepTracker(Tracker):
         close, if sent); False, tracking failed, when it died too often or had failed."""
         dead = self._started
         dead.calls.cancel_join_thread()  # nobody reads what is left in its queue
+        dead.replies.close()
+        dead.process.join()
         how = exit_description(dead.process.exitcode)
         if self._fatal is not None:  # nothing was being tracked any more
             return False
@@ -141,7 +139,7 @@ class SweepTracker(Tracker):
         """Wait until every queued call is done; returns the tracking URI, if it opened."""
         self.send(Close())
         self.take_replies(block=True)
-        self._started.process.join(LIVENESS_INTERVAL)
+        self._started.process.join()
         return self.uri
 
 

@@ -7,23 +7,27 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from multiprocessing.connection import Connection
 from typing import Any
 
 
 class TrackingProcess:
-    """A started tracking process (:func:`paiexp.sweep.tracking_worker.serve`)."""
+    """A started tracking process (:func:`paiexp.sweep.tracking_worker.serve`): the launcher
+    puts calls in its queue and reads its replies from a pipe whose only writing end is the
+    process's, so the pipe's end is the process's end (every whole reply read first)."""
 
     def __init__(self) -> None:
         context = multiprocessing.get_context("spawn")
         self.calls: Any = context.Queue()
-        self.replies: Any = context.Queue()
+        self.replies, writing_end = context.Pipe(duplex=False)
         self.process = context.Process(
             target=_serve,
-            args=(self.calls, self.replies, os.getpid()),
+            args=(self.calls, writing_end, os.getpid()),
             name="paiexp-tracking",
             daemon=True,  # one the command never used ends with it
         )
         self.process.start()
+        writing_end.close()
 
 
 _ahead: TrackingProcess | None = None
@@ -45,7 +49,7 @@ def take() -> TrackingProcess:
     return TrackingProcess()
 
 
-def _serve(calls: Any, replies: Any, launcher_pid: int) -> None:
+def _serve(calls: Any, replies: Connection, launcher_pid: int) -> None:
     from paiexp.sweep.tracking_worker import serve
 
     serve(calls, replies, launcher_pid)

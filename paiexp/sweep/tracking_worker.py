@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import queue
 import signal
 import sys
 import tempfile
@@ -28,6 +29,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, assert_never
 
@@ -59,6 +61,7 @@ from paiexp.sweep.tracking_messages import (
     OpenParent,
     ParentOpened,
     Reconcile,
+    Reply,
     Resumed,
     RunCreated,
     Sent,
@@ -95,10 +98,11 @@ COMPLETE_TRIALS_TAG = "paiexp.complete_trials"
 BEST_JOB_TAG = "paiexp.best_job"
 
 
-def serve(calls: Any, replies: Any, launcher_pid: int) -> None:
+def serve(calls: Any, connection: Connection, launcher_pid: int) -> None:
     """The tracking process: imports MLflow, takes the sweep's :class:`TrackingSetup`, then
-    applies the launcher's calls in order until :class:`Close`."""
+    applies the launcher's calls in order until :class:`Close`, replying on ``connection``."""
     _die_with(launcher_pid)
+    replies = Replies(connection)
     # Ctrl-C and a SIGTERM to the process group are the launcher's to handle: it closes the
     # runs through this process, which dies with it
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -146,7 +150,7 @@ def closed(worker: TrackingWorker) -> Closed:
 
 
 def apply_sent(
-    worker: TrackingWorker, sent: Sent, outage: Outage, setup: TrackingSetup, replies: Any
+    worker: TrackingWorker, sent: Sent, outage: Outage, setup: TrackingSetup, replies: Replies
 ) -> None:
     """Apply one call the launcher sent, replying with the run it created or why it failed;
     once tracking has failed for good, calls are given up."""
@@ -232,12 +236,38 @@ def apply_through_outages(worker: TrackingWorker, sent: Sent, outage: Outage) ->
     return outage.call(attempt)
 
 
-def _exit(replies: Any) -> NoReturn:
+class Replies:
+    """The replies to the launcher, sent in order by a thread of their own: the process never
+    waits for the launcher to read them."""
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+        self._waiting: queue.SimpleQueue[Reply | None] = queue.SimpleQueue()
+        self._sender = threading.Thread(target=self._send, name="replies", daemon=True)
+        self._sender.start()
+
+    def put(self, reply: Reply) -> None:
+        self._waiting.put(reply)
+
+    def _send(self) -> None:
+        while (reply := self._waiting.get()) is not None:
+            try:
+                self._connection.send(reply)
+            except OSError:  # the launcher is gone
+                return
+
+    def close(self) -> None:
+        """Send what waits, then close the pipe."""
+        self._waiting.put(None)
+        self._sender.join()
+        self._connection.close()
+
+
+def _exit(replies: Replies) -> NoReturn:
     """End the process once the replies are written, skipping the interpreter's teardown of
     MLflow, SQLAlchemy, pandas... (most of a CPU-second, which the launcher would wait for).
     Every MLflow write is committed when its call returns."""
     replies.close()
-    replies.join_thread()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
