@@ -34,6 +34,7 @@ from conftest import (
     run_without_heavy_imports,
     wait_until,
 )
+from gates import Gates
 from sweep_helpers import load_study, sweep_runs, synthetic_project
 from test_contract_probe import assert_contract_seen, write_probe_project
 
@@ -349,20 +350,39 @@ def test_oss_inputs_are_downloaded_once_and_mounted(tmp_path: Path, image: str) 
     assert len(runs) == 2 and all(r.data.metrics["test-auc"] > 0.9 for r in runs)
 
 
+class ChannelGates(Gates):
+    """Gates in each job's own checkpoints channel (a container sees no directory of the
+    test's): ``/ml/output/checkpoints`` in its container, under ``JOB/ml/output`` in ``jobs``."""
+
+    def env(self) -> dict[str, str]:
+        return {"GATES": "/ml/output/checkpoints"}
+
+    def held(self) -> list[Path]:
+        return [
+            path
+            for path in self.directory.glob("*/ml/output/checkpoints/*.held")
+            if not path.with_suffix(".open").exists()
+        ]
+
+    def opened(self) -> list[Path]:
+        return [
+            p.with_suffix(".held") for p in self.directory.glob("*/ml/output/checkpoints/*.open")
+        ]
+
+
 def test_sigkilled_launcher_reattaches_to_running_containers(tmp_path: Path, image: str) -> None:
+    jobs = tmp_path / ".paiexp" / "docker"
+    gates = ChannelGates(jobs)  # each job's container runs until the test opens its gate
     root = synthetic_project(
         tmp_path,
-        {
-            "params": {"x": "interval(-1, 1)", "duration": 2.0, "steps": 4},
-            "n_trials": 6,
-            "parallelism": 2,
-        },
+        {"params": {"x": "interval(-1, 1)"}, "n_trials": 6, "parallelism": 2},
+        {"environments": gates.env()},
     )
-    jobs = root / ".paiexp" / "docker"
     command = [sys.executable, "-m", "paiexp", "+sweep=syn", "backend=docker"]
     command.append(f"backend.image={image}")
     since = time.time()
     reattached: set[str] = set()
+    held: list[Path] = []
     for _ in range(2):
         launcher = subprocess.Popen(
             command,
@@ -371,24 +391,20 @@ def test_sigkilled_launcher_reattaches_to_running_containers(tmp_path: Path, ima
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-
-        def working() -> set[str]:
-            """Containers running a job that has begun its work (a line in its log)."""
-            return {
-                c["Names"][0].lstrip("/")
-                for c in containers_of(jobs)
-                if c["State"] == "running"
-                and (jobs / c["Labels"][JOB_LABEL] / "paiexp" / "job.log").stat().st_size
-            }
-
-        # kill it while a container it started (or adopted) is at work
-        seen = frozenset(reattached)
-        wait_until(lambda seen=seen: working() - seen, 120, "a new container at work", interval=0.1)
-        running = working()
+        gates.open(held[:1])  # a slot frees: the relaunch starts a container of its own
+        before, held = held, gates.wait_held(2)
+        assert set(held) - set(before), "no new container held"
+        # kill it while the containers it started (or adopted) run, held
+        assert launcher.poll() is None
+        containers = {c["Labels"][JOB_LABEL]: c for c in containers_of(jobs)}
+        names = {path.parents[3].name for path in held}  # JOB/ml/output/checkpoints/ID.held
+        assert {containers[n]["State"] for n in names} == {"running"}
         launcher.send_signal(signal.SIGKILL)
         launcher.wait()
-        reattached |= running
-    final = run_paiexp(root, "+sweep=syn", "backend=docker", f"backend.image={image}")
+        assert sorted(gates.held()) == sorted(held)  # none let end: they run past the kill
+        reattached |= {containers[n]["Names"][0].lstrip("/") for n in names}
+    with gates.all_open():
+        final = run_paiexp(root, "+sweep=syn", "backend=docker", f"backend.image={image}")
     assert final.returncode == 0, final.stderr
     assert "re-attaching to job" in final.stderr
 

@@ -231,8 +231,17 @@ def test_a_sigkilled_launcher_reattaches_to_every_container_and_starts_none_twic
         return next((d for d in jobs if both_up(d)), None)
 
     job_dir = wait_until(started, 60, "both instances to start")
+
+    def held_running() -> bool:
+        """Both containers run, held until the go (not given yet)."""
+        containers, _ = leftovers(root)
+        go = (job_dir / "ml" / "output" / "model" / "go").exists()
+        return not go and sorted(c["State"] for c in containers) == ["running"] * 2
+
+    assert held_running()
     os.kill(launcher.pid, signal.SIGKILL)
     launcher.wait()
+    assert held_running()  # they run past the kill
 
     again = subprocess.Popen(
         [sys.executable, "-m", "paiexp", "attach", job_dir.name, "-q"],

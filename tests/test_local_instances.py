@@ -195,8 +195,16 @@ def test_a_sigkilled_launcher_reattaches_to_every_instance_and_starts_none_twice
         return next((d for d in jobs.glob("xgb-*") if both_up(d)), None) if jobs.exists() else None
 
     job_dir = wait_until(started, 60, "both instances to start")
+
+    def held_running() -> bool:
+        """Both instances run, held until the go (not given yet)."""
+        states = instance_states(job_dir).values()
+        return not go.exists() and [s["state"] for s in states] == ["RUNNING"] * 2
+
+    assert held_running()
     os.kill(launcher.pid, signal.SIGKILL)
     launcher.wait()
+    assert held_running()  # they run past the kill
 
     again = subprocess.Popen(
         [sys.executable, "-m", "paiexp", "attach", job_dir.name, "-q"],

@@ -27,6 +27,7 @@ from conftest import (
     wait_until,
 )
 from emulator.common import FaultPlan
+from gates import Gates
 from openpai_server import OpenPaiServer
 from sweep_helpers import load_study, sweep_runs, synthetic_project
 from test_backend_contract import openpai_config
@@ -127,17 +128,16 @@ def test_xgb_sweep_on_openpai(cluster: OpenPaiServer, docker_image: str, tmp_pat
 def test_a_twice_killed_launcher_reattaches_and_submits_nothing_twice(
     cluster: OpenPaiServer, docker_image: str, tmp_path: Path
 ) -> None:
+    gates = Gates(cluster.storage_dir(STORAGE) / "gates")  # each job runs until its gate opens
     root = synthetic_project(
         tmp_path,
-        {
-            "params": {"x": "interval(-1, 1)", "duration": 2.0, "steps": 4},
-            "n_trials": 6,
-            "parallelism": 2,
-        },
+        {"params": {"x": "interval(-1, 1)"}, "n_trials": 6, "parallelism": 2},
+        {"environments": {"GATES": f"/mnt/{STORAGE}/gates"}},  # the storage, in its container
     )
     overrides = openpai_overrides(cluster, docker_image)
     command = [sys.executable, "-m", "paiexp", "+sweep=syn", *overrides]
     reattached: set[str] = set()
+    held: list[Path] = []
     for _ in range(2):
         launcher = subprocess.Popen(
             command,
@@ -146,23 +146,19 @@ def test_a_twice_killed_launcher_reattaches_and_submits_nothing_twice(
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-
-        def working() -> set[str]:
-            """Jobs running that have begun their work (a line in their log)."""
-            return {
-                j["name"]
-                for j in cluster.jobs()
-                if j["state"] == "RUNNING" and b"loss=" in cluster.log(j["name"])
-            }
-
-        # kill it while a job it submitted (or adopted) is at work
-        seen = frozenset(reattached)
-        wait_until(lambda seen=seen: working() - seen, 120, "a new job at work", interval=0.1)
-        running = working()
+        gates.open(held[:1])  # a slot frees: the relaunch submits a job of its own
+        before, held = held, gates.wait_held(2, timeout=180)
+        assert set(held) - set(before), "no new job held"
+        # kill it while the jobs it submitted (or adopted) run, held
+        assert launcher.poll() is None
+        running = {j["name"] for j in cluster.jobs() if j["state"] == "RUNNING"}
+        assert len(running) == 2 and not running <= reattached
         launcher.send_signal(signal.SIGKILL)
         launcher.wait()
+        assert sorted(gates.held()) == sorted(held)  # none let end: they run past the kill
         reattached |= running
-    final = run_paiexp(root, "+sweep=syn", *overrides, env=openpai_env(cluster))
+    with gates.all_open():
+        final = run_paiexp(root, "+sweep=syn", *overrides, env=openpai_env(cluster))
     assert final.returncode == 0, final.stderr[-3000:]
 
     study = load_study(root)

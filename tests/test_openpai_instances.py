@@ -324,8 +324,16 @@ def test_a_sigkilled_launcher_reattaches_to_every_task_and_submits_nothing_twice
         )
 
     job = wait_until(started, 120, "both tasks to start")
+
+    def held_running() -> bool:
+        """The job runs, its tasks held until the go (not given yet)."""
+        states = [j["state"] for j in cluster.jobs() if j["name"] == job]
+        return not go.exists() and states == ["RUNNING"]
+
+    assert held_running()
     launcher.send_signal(signal.SIGKILL)
     launcher.wait()
+    assert held_running()  # it runs past the kill
 
     again = subprocess.Popen(
         [sys.executable, "-m", "paiexp", "attach", job, "-q"],

@@ -23,6 +23,7 @@ import pytest
 from conftest import REPO, assert_nothing_started, clean_env, run_paiexp, wait_until
 from emulator import Emulator
 from emulator.store import split_uri
+from gates import Gates
 from sweep_helpers import (
     children_by_trial,
     load_study,
@@ -150,11 +151,32 @@ def test_xgb_sweep_on_pai(container_cloud: Emulator, tmp_path: Path) -> None:
 
 
 def test_pruned_trials_are_stopped_on_pai(cloud: Emulator, tmp_path: Path) -> None:
+    steps = 5
+    gates = Gates(tmp_path / "gates")  # each job runs until the test opens its gate
     root = synthetic_project(
-        tmp_path, third_trial_pruned({"x": "interval(-3, 3)", "duration": 3.0, "steps": 30})
+        tmp_path,
+        third_trial_pruned({"x": "interval(-3, 3)", "duration": 0.2, "steps": steps}),
+        {"environments": gates.env()},
     )
-    result = run_paiexp(root, "+sweep=syn", *pai_overrides(cloud), env=pai_env(cloud))
-    assert result.returncode == 0, result.stderr[-3000:]
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "paiexp", "+sweep=syn", *pai_overrides(cloud)],
+        cwd=root,
+        env=pai_env(cloud),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    for number in (0, 1):  # each ends once its steps are reported, as the pruner's measure
+        (job,) = gates.wait_held(1)
+        wait_until(
+            lambda n=number: len(load_study(root).trials[n].intermediate_values) == steps,
+            120,
+            f"trial {number}'s steps to be reported",
+        )
+        gates.open([job])
+    _, err = launcher.communicate(timeout=120)  # the third job is held: it cannot end itself
+    assert launcher.returncode == 0, err[-3000:]
+    assert len(gates.opened()) == 2 and len(gates.held()) == 1  # the third, stopped held
     study = load_study(root)
     assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE", "PRUNED"]
     pruned_id = study.trials[2].user_attrs["paiexp:job_id"]
@@ -162,7 +184,6 @@ def test_pruned_trials_are_stopped_on_pai(cloud: Emulator, tmp_path: Path) -> No
     assert [r.path for r in stops] == [f"/api/v1/trainingjobs/{pruned_id}/stop"]
     job = cloud.job(pruned_id)
     assert job["Status"] == "Terminated"
-    assert job["Duration"] < 3  # stopped well before its 3 s of work
     assert [t["Status"] for t in job["StatusTransitions"]][-1] == "Terminated"
     assert children_by_trial(root)["2"].info.status == "KILLED"
 
@@ -211,26 +232,26 @@ def test_wrong_credentials_are_one_clear_error_and_never_shown(
 
 
 def test_a_killed_launcher_reattaches_to_running_pai_jobs(cloud: Emulator, tmp_path: Path) -> None:
+    gates = Gates(tmp_path / "gates")  # each job runs (a host process) until its gate opens
     root = synthetic_project(
         tmp_path,
-        {"params": {"x": "interval(-1, 1)", "duration": 3.0}, "n_trials": 5, "parallelism": 3},
+        {"params": {"x": "interval(-1, 1)"}, "n_trials": 5, "parallelism": 3},
+        {"environments": gates.env()},
     )
     args = [sys.executable, "-m", "paiexp", "+sweep=syn", *pai_overrides(cloud)]
     launcher = subprocess.Popen(
         args, cwd=root, env=pai_env(cloud), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
-
-    def two_running() -> bool:
-        assert launcher.poll() is None, launcher.communicate()[1][-3000:]
-        return sum(j["Status"] == "Running" for j in cloud.jobs()) >= 2
-
-    wait_until(two_running, 60, "two PAI jobs of the sweep running", interval=0.1)
+    held = gates.wait_held(3)  # the sweep's three slots: three jobs held running
+    assert launcher.poll() is None, launcher.communicate()[1][-3000:]
+    running = {j["TrainingJobId"] for j in cloud.jobs() if j["Status"] == "Running"}
+    assert len(running) == 3  # the jobs in flight as the launcher is killed
     os.kill(launcher.pid, signal.SIGKILL)
     launcher.wait()
-    running = {j["TrainingJobId"] for j in cloud.jobs() if j["Status"] == "Running"}
-    assert running
+    assert sorted(gates.held()) == sorted(held)  # none let end: they run through the crash
 
-    result = run_paiexp(root, "+sweep=syn", *pai_overrides(cloud), env=pai_env(cloud))
+    with gates.all_open():
+        result = run_paiexp(root, "+sweep=syn", *pai_overrides(cloud), env=pai_env(cloud))
     assert result.returncode == 0, result.stderr[-3000:]
     study = load_study(root)
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 5

@@ -23,6 +23,8 @@ from pipeline_helpers import (
 )
 from sweep_helpers import load_study
 
+from paiexp.jsonfiles import read_json
+
 pytestmark = pytest.mark.slow
 SMALL_SEARCH = "pipeline.steps.search.overrides.sweep.n_trials=3"
 
@@ -120,8 +122,10 @@ def test_launcher_killed_during_refit_then_same_command_completes_it_once(tmp_pa
     pipeline_file = root / "pipelines" / "xgb.yaml"
     pipeline = yaml.safe_load(pipeline_file.read_text())
     refit = pipeline["pipeline"]["steps"]["refit"]["overrides"]["job"]
-    refit["command"] = "sleep 3 && python train.py $PAI_USER_ARGS"  # long enough to be killed in
+    # the refit's job is held until the test opens its gate (local jobs get $GATE)
+    refit["command"] = 'until [ -e "$GATE" ]; do sleep 0.05; done; python train.py $PAI_USER_ARGS'
     pipeline_file.write_text(yaml.safe_dump(pipeline, sort_keys=False))
+    gate = tmp_path / "gate"
     command = [
         sys.executable,
         "-m",
@@ -130,30 +134,51 @@ def test_launcher_killed_during_refit_then_same_command_completes_it_once(tmp_pa
         "pipeline.steps.search.overrides.sweep.n_trials=2",
     ]
 
+    def refit_job_running() -> str | None:
+        """The refit's job, once it runs (held at its gate)."""
+        for name in job_dirs(root):
+            path = root / ".paiexp" / "jobs" / name / "state.json"
+            if "-refit-" in name and path.exists() and read_json(path)["state"] == "RUNNING":
+                return name
+        return None
+
     launcher = subprocess.Popen(
-        command, cwd=root, env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        command,
+        cwd=root,
+        env=clean_env(GATE=str(gate)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
-
-        def refit_job_started() -> bool:
-            return any(name.startswith("xgb-breast-cancer-refit-") for name in job_dirs(root))
-
-        wait_until(refit_job_started, timeout=240, what="the refit's job started")
+        refit_job = wait_until(refit_job_running, timeout=240, what="the refit's job running")
     finally:
         launcher.send_signal(signal.SIGKILL)
         launcher.wait()
     assert statuses(root, "xgb")["refit"] == "running"
+    assert refit_job_running() == refit_job  # held: it runs past the kill
 
-    resumed = run_paiexp(root, *command[3:])
-    assert resumed.returncode == 0, resumed.stderr
-    assert "step refit: following job xgb-breast-cancer-refit-" in resumed.stderr
+    said = tmp_path / "resumed.log"
+    with said.open("w") as stderr:
+        resumed = subprocess.Popen(
+            command, cwd=root, env=clean_env(), stdout=subprocess.DEVNULL, stderr=stderr
+        )
+    try:
+        following = f"step refit: following job {refit_job} again"
+        wait_until(lambda: following in said.read_text(), 240, "the relaunch to follow the refit")
+        assert refit_job_running() == refit_job  # followed while it runs
+        gate.touch()
+        assert resumed.wait(timeout=300) == 0, said.read_text()
+    finally:
+        if resumed.poll() is None:
+            resumed.kill()
+            resumed.wait()
     assert statuses(root, "xgb") == {
         "search": "succeeded",
         "refit": "succeeded",
         "publish": "succeeded",
         "fallback": "skipped",
     }
-    (refit_job,) = [name for name in job_dirs(root) if "-refit-" in name]
+    assert [name for name in job_dirs(root) if "-refit-" in name] == [refit_job]
     log = (root / ".paiexp" / "jobs" / refit_job / "job.log").read_text()
     assert log.count("test-auc=") == 1  # the job ran once
     _, runs, trials = pipeline_runs(root)
