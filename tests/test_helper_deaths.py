@@ -9,16 +9,22 @@ end, so the calls it dies without doing were surely sent.
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import random
 import re
+import signal
 import sqlite3
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import clean_env, wait_until
 from gates import Gates
-from sweep_helpers import load_study, sweep_runs, synthetic_project
+from sweep_helpers import counted_trials, load_study, sweep_runs, synthetic_project
 
 from paiexp.processes import process_alive, process_stat
 from paiexp.sweep.tracking import MAX_RESTARTS, SweepTracker
@@ -86,6 +92,11 @@ def assert_runs_whole(root: Path) -> None:
     assert sorted(int(c.data.tags["paiexp.trial_number"]) for c in children) == list(
         range(N_TRIALS)
     )
+    assert_series_whole(root, children)
+
+
+def assert_series_whole(root: Path, children: list[Any]) -> None:
+    """Each child run FINISHED with its score and its whole loss series, each step once."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
@@ -245,3 +256,105 @@ def parent_of(pid: int) -> int | None:
     """``pid``'s parent process, None once it is gone."""
     stat = process_stat(pid)
     return int(stat[1]) if stat else None
+
+
+HELPERS = ("tracking process", "standby runner", "warm interpreter")
+CHAOS_SEED = int(os.environ.get("PAIEXP_CHAOS_SEED", "20261127"))
+CHAOS_TRIALS = 12
+FAULTS = 8  # each lets one job end: two are always in flight as the next fault comes
+
+
+def helpers_of(launcher: int) -> dict[str, int]:
+    """The launcher's helper processes alive now, by kind."""
+    found = {}
+    for pid in children_of(launcher):
+        line = cmdline(pid)
+        if (process_stat(pid) or ["Z"])[0] == "Z":
+            continue
+        if "spawn_main" in line:
+            found["tracking process"] = pid
+        elif "local_runner.py --standby" in line:
+            found["standby runner"] = pid
+        elif "backends import warm" in line:
+            found["warm interpreter"] = pid
+    return found
+
+
+@pytest.mark.timeout(600)
+def test_random_kills_of_the_launcher_and_its_helpers_lose_nothing(tmp_path: Path) -> None:
+    """FAULTS times, with both trials' jobs held running: one is let end and, as the launcher
+    tells it and asks for the next, the launcher or one of its helpers is SIGKILLed (each kind
+    first, in a seeded random order, then any; no more than two tracking processes in a row,
+    so that it is not given up); a killed launcher is launched again.  Every trial completes
+    exactly once, each job ran once, each run is whole.  ``PAIEXP_CHAOS_SEED`` picks another
+    sequence."""
+    root = synthetic_project(
+        tmp_path / "project",
+        {
+            "params": {"x": "interval(-3, 3)", "duration": 0.1, "steps": STEPS},
+            "n_trials": CHAOS_TRIALS,
+            "parallelism": 2,
+        },
+    )
+    ledger = tmp_path / "ledger.txt"
+    gates = Gates(tmp_path / "gates")
+    env = clean_env(LEDGER=str(ledger), **gates.env())
+    rng = random.Random(CHAOS_SEED)
+    outputs: list[Path] = []
+
+    def launch() -> subprocess.Popen[bytes]:
+        outputs.append(tmp_path / f"launcher-{len(outputs)}.txt")
+        with open(outputs[-1], "w") as stream:
+            return subprocess.Popen(
+                [sys.executable, "-m", "paiexp", "+sweep=syn"],
+                cwd=root,
+                env=env,
+                stdout=stream,
+                stderr=subprocess.STDOUT,
+            )
+
+    launchers = [launch()]
+    killed: list[str] = []
+    plan = ["launcher", *HELPERS]  # each kind first, in a random order; then any
+    rng.shuffle(plan)
+    try:
+        for _ in range(FAULTS):
+            held = gates.wait_held(2)  # both trials' jobs in flight
+            launcher = launchers[-1]
+            present = {"launcher": launcher.pid, **helpers_of(launcher.pid)}
+            if killed[-2:] == ["tracking process"] * 2:
+                del present["tracking process"]
+            planned = [kind for kind in plan if kind in present]
+            target = planned[0] if planned else rng.choice(sorted(present))
+            if target in plan:
+                plan.remove(target)
+            gates.open([rng.choice(held)])
+            os.kill(present[target], signal.SIGKILL)  # alive until now: the premise
+            killed.append(target)
+            if target == "launcher":
+                launcher.wait()
+                launchers.append(launch())
+        with gates.all_open():
+            code = launchers[-1].wait(timeout=300)
+    finally:
+        for launcher in launchers:
+            if launcher.poll() is None:
+                launcher.kill()
+                launcher.wait()
+        gates.open(gates.held())
+    said = outputs[-1].read_text()
+    assert code == 0, said
+    assert set(killed) == {"launcher", *HELPERS}, killed  # each kind was killed
+    assert all(launcher.poll() is not None for launcher in launchers)
+    for output in outputs:
+        assert "Traceback" not in output.read_text(), output.read_text()
+
+    trials = counted_trials(load_study(root).trials, at_most=killed.count("launcher"))
+    assert [t.state.name for t in trials] == ["COMPLETE"] * CHAOS_TRIALS, said
+    executions = Counter(float(json.loads(line)["x"]) for line in ledger.read_text().splitlines())
+    assert executions == Counter(t.params["x"] for t in trials), "a job ran twice, or never"
+    parents, children = sweep_runs(root)
+    assert [p.info.status for p in parents] == ["FINISHED"]
+    numbers = sorted(int(c.data.tags["paiexp.trial_number"]) for c in children)
+    assert numbers == sorted(t.number for t in trials), "a trial has no run, or two"
+    assert_series_whole(root, children)
