@@ -154,7 +154,7 @@ def test_a_killed_tracking_process_is_replaced_and_the_sweep_ends_whole(tmp_path
     deaths = re.findall(
         r"the tracking process died \(killed by SIGKILL\); a new one applies the (\d+)", said
     )
-    assert len(deaths) == 2, said
+    assert len(deaths) == 2 and said.count("the tracking process died") == 2, said
     assert int(deaths[1]) >= 4, said  # the two finishes and two starts it never did
     assert "Traceback" not in said
     assert_runs_whole(root)
@@ -244,6 +244,7 @@ def test_jobs_outlive_a_killed_warm_interpreter_and_a_new_one_serves_the_next(
     said = output.read_text()
     assert code == 0, said
     assert "out of memory" not in said and "Traceback" not in said
+    assert "the tracking process died" not in said  # its normal end is no death
     trials = load_study(root).trials
     failed = [t for t in trials if t.state.name == "FAIL"]
     assert len(failed) == 1 and failed[0].user_attrs.get("paiexp:retried"), said
@@ -358,3 +359,52 @@ def test_random_kills_of_the_launcher_and_its_helpers_lose_nothing(tmp_path: Pat
     numbers = sorted(int(c.data.tags["paiexp.trial_number"]) for c in children)
     assert numbers == sorted(t.number for t in trials), "a trial has no run, or two"
     assert_series_whole(root, children)
+
+
+def test_a_sigterm_to_the_launchers_process_group_ends_it_and_a_relaunch_completes(
+    tmp_path: Path,
+) -> None:
+    """``timeout``, a shell's ``kill`` or a shutdown signal the launcher's whole process group:
+    its tracking process (SIGTERM ignored) closes the runs, the launcher leaves its running
+    jobs to a later launch and exits (was: the tracking process died with the group and the
+    launcher waited for it for ever)."""
+    root = synthetic_project(
+        tmp_path / "project",
+        {"params": {"x": "interval(-3, 3)", "duration": 0.1, "steps": STEPS}, "n_trials": 4},
+    )
+    gates = Gates(tmp_path / "gates")
+    env = clean_env(**gates.env())
+    output = tmp_path / "launcher.txt"
+    with open(output, "w") as stream:
+        launcher = subprocess.Popen(
+            [sys.executable, "-m", "paiexp", "+sweep=syn"],
+            cwd=root,
+            env=env,
+            stdout=stream,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        held = gates.wait_held(2)
+        assert tracking_process_of(launcher.pid) is not None
+        os.killpg(launcher.pid, signal.SIGTERM)
+        code = launcher.wait(timeout=60)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+    said = output.read_text()
+    assert code == 130, said
+    assert "leaving running jobs to a later launch" in said and "died" not in said, said
+    assert set(gates.held()) == set(held)  # its jobs run on
+    with gates.all_open():
+        again = subprocess.run(
+            [sys.executable, "-m", "paiexp", "+sweep=syn"],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+    assert again.returncode == 0, again.stderr
+    assert [t.state.name for t in load_study(root).trials] == ["COMPLETE"] * 4

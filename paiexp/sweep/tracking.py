@@ -51,6 +51,7 @@ class SweepTracker(Tracker):
         self._parent_run_id: str | None = None
         self._numbers = itertools.count()
         self._closing = False
+        self._closed = False
         self._restarts = 0  # in a row, no call done since
         self._attach(tracking_process.take(), setup)  # the one started ahead, if any
         self.uri: str | None = None
@@ -72,7 +73,7 @@ class SweepTracker(Tracker):
         """Take the replies so far; with ``block``, up to :class:`Closed` (or until the
         tracking process has died for good).  A tracking process found dead (its pipe ended:
         every whole reply it wrote read first) is replaced."""
-        while True:
+        while not self._closed:
             replies = self._started.replies
             try:
                 if not replies.poll(None if block else 0):
@@ -99,6 +100,7 @@ class SweepTracker(Tracker):
                 case Notice(text=text):
                     self.notify(text)
                 case Closed(uri=uri, experiment_id=experiment_id, registered=registered):
+                    self._closed = True  # the pipe's end is the process's own, now
                     self.uri = uri
                     self.experiment_id = experiment_id
                     self.registered = registered
