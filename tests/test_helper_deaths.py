@@ -18,6 +18,7 @@ import sqlite3
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,15 +72,32 @@ def runs_by_status(root: Path) -> dict[str, int]:
             return {}
 
 
-def start_sweep(root: Path, gates: Gates, output: Path) -> subprocess.Popen[bytes]:
+def start_sweep(
+    root: Path, env: dict[str, str], output: Path, **options: Any
+) -> subprocess.Popen[bytes]:
+    """``paiexp +sweep=syn`` in ``root``, what it says written to ``output``."""
     with open(output, "w") as stream:
         return subprocess.Popen(
             [sys.executable, "-m", "paiexp", "+sweep=syn"],
             cwd=root,
-            env=clean_env(**gates.env()),
+            env=env,
             stdout=stream,
             stderr=subprocess.STDOUT,
+            **options,
         )
+
+
+@contextlib.contextmanager
+def cleaned_up(gates: Gates, launchers: list[subprocess.Popen[bytes]]) -> Iterator[None]:
+    """Whatever happens in the block, no launcher runs on and no job waits for ever."""
+    try:
+        yield
+    finally:
+        for launcher in launchers:
+            if launcher.poll() is None:
+                launcher.kill()
+                launcher.wait()
+        gates.open(gates.held())
 
 
 def assert_runs_whole(root: Path) -> None:
@@ -118,8 +136,8 @@ def test_a_killed_tracking_process_is_replaced_and_the_sweep_ends_whole(tmp_path
     )
     gates = Gates(tmp_path / "gates")
     output = tmp_path / "launcher.txt"
-    launcher = start_sweep(root, gates, output)
-    try:
+    launcher = start_sweep(root, clean_env(**gates.env()), output)
+    with cleaned_up(gates, [launcher]):
         # 1. killed with both trials' runs made and their jobs held
         gates.wait_held(2)
         wait_until(lambda: runs_by_status(root).get("RUNNING") == 3, 120, "the runs to be made")
@@ -144,11 +162,6 @@ def test_a_killed_tracking_process_is_replaced_and_the_sweep_ends_whole(tmp_path
 
         with gates.all_open():
             code = launcher.wait(timeout=180)
-    finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.wait()
-        gates.open(gates.held())  # no job of a failed test waits for ever
     said = output.read_text()
     assert code == 0, said
     deaths = re.findall(
@@ -216,8 +229,8 @@ def test_jobs_outlive_a_killed_warm_interpreter_and_a_new_one_serves_the_next(
     )
     gates = Gates(tmp_path / "gates")
     output = tmp_path / "launcher.txt"
-    launcher = start_sweep(root, gates, output)
-    try:
+    launcher = start_sweep(root, clean_env(**gates.env()), output)
+    with cleaned_up(gates, [launcher]):
         held = gates.wait_held(2)
         (warm,) = warm_interpreters_of(launcher.pid)
         forked = [gates.pid(job) for job in held]
@@ -236,11 +249,6 @@ def test_jobs_outlive_a_killed_warm_interpreter_and_a_new_one_serves_the_next(
         assert [parent_of(gates.pid(job)) for job in following] == [new_warm, new_warm]
         with gates.all_open():
             code = launcher.wait(timeout=180)
-    finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.wait()
-        gates.open(gates.held())  # no job of a failed test waits for ever
     said = output.read_text()
     assert code == 0, said
     assert "out of memory" not in said and "Traceback" not in said
@@ -305,20 +313,13 @@ def test_random_kills_of_the_launcher_and_its_helpers_lose_nothing(tmp_path: Pat
 
     def launch() -> subprocess.Popen[bytes]:
         outputs.append(tmp_path / f"launcher-{len(outputs)}.txt")
-        with open(outputs[-1], "w") as stream:
-            return subprocess.Popen(
-                [sys.executable, "-m", "paiexp", "+sweep=syn"],
-                cwd=root,
-                env=env,
-                stdout=stream,
-                stderr=subprocess.STDOUT,
-            )
+        return start_sweep(root, env, outputs[-1])
 
     launchers = [launch()]
     killed: list[str] = []
     plan = ["launcher", *HELPERS]  # each kind first, in a random order; then any
     rng.shuffle(plan)
-    try:
+    with cleaned_up(gates, launchers):
         for _ in range(FAULTS):
             held = gates.wait_held(2)  # both trials' jobs in flight
             launcher = launchers[-1]
@@ -337,12 +338,6 @@ def test_random_kills_of_the_launcher_and_its_helpers_lose_nothing(tmp_path: Pat
                 launchers.append(launch())
         with gates.all_open():
             code = launchers[-1].wait(timeout=300)
-    finally:
-        for launcher in launchers:
-            if launcher.poll() is None:
-                launcher.kill()
-                launcher.wait()
-        gates.open(gates.held())
     said = outputs[-1].read_text()
     assert code == 0, said
     assert set(killed) == {"launcher", *HELPERS}, killed  # each kind was killed
@@ -375,28 +370,16 @@ def test_a_sigterm_to_the_launchers_process_group_ends_it_and_a_relaunch_complet
     gates = Gates(tmp_path / "gates")
     env = clean_env(**gates.env())
     output = tmp_path / "launcher.txt"
-    with open(output, "w") as stream:
-        launcher = subprocess.Popen(
-            [sys.executable, "-m", "paiexp", "+sweep=syn"],
-            cwd=root,
-            env=env,
-            stdout=stream,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
+    launcher = start_sweep(root, env, output, start_new_session=True)
+    with cleaned_up(gates, [launcher]):
         held = gates.wait_held(2)
         assert tracking_process_of(launcher.pid) is not None
         os.killpg(launcher.pid, signal.SIGTERM)
         code = launcher.wait(timeout=60)
-    finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.wait()
-    said = output.read_text()
-    assert code == 130, said
-    assert "leaving running jobs to a later launch" in said and "died" not in said, said
-    assert set(gates.held()) == set(held)  # its jobs run on
+        said = output.read_text()
+        assert code == 130, said
+        assert "leaving running jobs to a later launch" in said and "died" not in said, said
+        assert set(gates.held()) == set(held)  # its jobs run on
     with gates.all_open():
         again = subprocess.run(
             [sys.executable, "-m", "paiexp", "+sweep=syn"],
