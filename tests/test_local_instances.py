@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, all_runs, clean_env, job_end, mlflow_client, run_paiexp, wait_until
 from ddp_helpers import assert_trained_in_step
+from gates import Gates
 from sweep_helpers import MEDIAN_PRUNER, load_study, synthetic_project
 from test_local_backend import pid_gone
 
@@ -228,26 +229,66 @@ def test_a_sigkilled_launcher_reattaches_to_every_instance_and_starts_none_twice
 
 
 def test_a_sweep_of_two_instance_jobs_prunes_whole_jobs(tmp_path: Path) -> None:
-    # the bad trial would run a minute: it ends only by being pruned, once the two good
-    # trials (a second each, run side by side) have completed
+    # Every instance is held at its gate once its steps are printed; the bad trial's never
+    # opens, so it ends only by being pruned.  Its steps wait at start_gate, taken away before
+    # the two good trials (run side by side) end and made again once both have completed:
+    # the pruner judges it by them.
+    steps = 5
+    start_gate = tmp_path / "start"
+    start_gate.touch()
     root = synthetic_project(
         tmp_path,
         {
-            "params": {"x": "interval(-3, 3)", "duration": "interval(0.5, 60)", "steps": 60},
+            "params": {"x": "interval(-3, 3)", "duration": 0.2, "steps": steps},
             "n_trials": 3,
             "parallelism": 2,
             "sampler": {"name": "random", "seed": 0},
             "pruner": MEDIAN_PRUNER,
-            "enqueue": [
-                {"x": 0.0, "duration": 1.0},
-                {"x": 0.1, "duration": 1.0},
-                {"x": 2.9, "duration": 60.0},
-            ],
+            "enqueue": [{"x": 0.0}, {"x": 0.1}, {"x": 2.9}],
         },
-        job={"instance_count": 2},
+        job={
+            "instance_count": 2,
+            "command": 'until [ -e "$START_GATE" ]; do sleep 0.05; done; python job.py',
+        },
     )
-    done = run_paiexp(root, "+sweep=syn")
-    assert done.returncode == 0, done.stderr
+    gates = Gates(tmp_path / "gates")
+    env = clean_env(START_GATE=str(start_gate), **gates.env())
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "paiexp", "+sweep=syn"],
+        cwd=root,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        good = gates.wait_held(4)  # both instances of both good trials
+        for number in (0, 1):
+            wait_until(
+                lambda n=number: len(load_study(root).trials[n].intermediate_values) == steps,
+                120,
+                f"trial {number}'s steps to be reported",
+            )
+        start_gate.unlink()  # the bad trial, not started yet, waits before its steps
+        gates.open(good)
+        wait_until(
+            lambda: (
+                [t.state.name for t in load_study(root).trials]
+                == ["COMPLETE", "COMPLETE", "RUNNING"]
+            ),
+            120,
+            "the good trials to complete, the bad one to run",
+        )
+        assert not gates.held() and not load_study(root).trials[2].intermediate_values
+        start_gate.touch()
+        _, err = launcher.communicate(timeout=120)  # the bad job is held: it cannot end itself
+        assert launcher.returncode == 0, err
+        assert len(gates.opened()) == 4  # not the bad trial's: it was stopped
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+        gates.open(gates.held())  # no job of a failed test waits for ever
     study = load_study(root)
     assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE", "PRUNED"]
     job_dir = root / ".paiexp" / "jobs" / study.trials[2].user_attrs["paiexp:job_name"]

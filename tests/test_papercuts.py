@@ -14,6 +14,8 @@ import importlib.util
 import io
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,7 +26,9 @@ from conftest import (
     assert_one_line_error,
     clean_env,
     run_paiexp,
+    wait_until,
 )
+from gates import Gates
 from rich.console import Console
 from sweep_helpers import load_study, sweep_runs, synthetic_project, third_trial_pruned
 
@@ -78,13 +82,36 @@ def test_the_status_line_counts_pruned_and_failed_trials_as_done() -> None:
 
 
 def test_a_sweeps_summary_and_runs(tmp_path: Path) -> None:
+    steps = 5
     root = synthetic_project(
-        tmp_path, third_trial_pruned({"x": "interval(-3, 3)", "duration": 2.0, "steps": 20})
+        tmp_path, third_trial_pruned({"x": "interval(-3, 3)", "duration": 0.2, "steps": steps})
     )
-    env = clean_env(PATH=OUTSIDE_THE_VENV)
-    done = run_paiexp(root, "+sweep=syn", env=env)
-    assert done.returncode == 0, done.stderr
-    out = done.stderr
+    gates = Gates(tmp_path / "gates")  # each job runs until the test opens its gate
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "paiexp", "+sweep=syn"],
+        cwd=root,
+        env=clean_env(PATH=OUTSIDE_THE_VENV, **gates.env()),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        for number in (0, 1):  # each ends once its steps are reported, as the pruner's measure
+            (job,) = gates.wait_held(1)
+            wait_until(
+                lambda n=number: len(load_study(root).trials[n].intermediate_values) == steps,
+                120,
+                f"trial {number}'s steps to be reported",
+            )
+            gates.open([job])
+        _, out = launcher.communicate(timeout=120)  # the third job is held: only its stop ends it
+        assert launcher.returncode == 0, out
+        assert len(gates.opened()) == 2  # not the third: it was stopped before it could end
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+        gates.open(gates.held())  # no job of a failed test waits for ever
 
     assert "sweep 3/3 done (2 complete, 1 pruned) · " in out
     study = load_study(root)

@@ -3,14 +3,18 @@ same time, a failed step's next attempt, a changed completed step, --rerun."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
+import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from conftest import assert_one_line_error, clean_env, run_paiexp, wait_until
+from gates import Gates
 from pipeline_helpers import job_dirs, pipeline_runs, state, statuses, write_pipeline
 from sweep_helpers import synthetic_project
 
@@ -19,6 +23,22 @@ pytestmark = pytest.mark.slow
 
 def hyperparameters(**values: object) -> dict[str, object]:
     return {"job": {"hyperparameters": {"duration": 0.2, "steps": 2, **values}}}
+
+
+def running_step_runs(root: Path) -> dict[str, int]:
+    """The start time (ms) of each step's RUNNING run in ``mlflow.db`` (read only)."""
+    path = root / "mlflow.db"
+    if not path.exists():
+        return {}
+    query = (
+        "SELECT tags.value, runs.start_time FROM runs JOIN tags ON tags.run_uuid = runs.run_uuid"
+        " WHERE tags.key = 'paiexp.pipeline_step' AND runs.status = 'RUNNING'"
+    )
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as database:
+        try:
+            return dict(database.execute(query).fetchall())
+        except sqlite3.OperationalError:  # its tables not made yet
+            return {}
 
 
 def test_false_condition_skips_the_step_and_its_dependents(tmp_path: Path) -> None:
@@ -87,14 +107,39 @@ def test_failed_step_stops_its_dependents_only_and_runs_again_next_time(tmp_path
     root = synthetic_project(tmp_path, {"params": {"x": "interval(0, 1)"}})
     ledger = tmp_path / "ledger.txt"
     steps = {
-        "bad": {"overrides": hyperparameters(fail="true", duration=1.5)},
+        "bad": {"overrides": hyperparameters(fail="true")},
         "after_bad": {"depends": ["bad"]},
-        "good": {"overrides": hyperparameters(duration=1.5)},
+        "good": {"overrides": hyperparameters()},
     }
     write_pipeline(root, "fails", steps)
     env = clean_env(LEDGER=str(ledger))
-    done = run_paiexp(root, "+pipeline=fails", env=env)
-    assert done.returncode == 1, done.stderr
+    gates = Gates(tmp_path / "gates")  # both steps' jobs held until both steps' runs are made
+    output = tmp_path / "launcher.txt"
+    with output.open("w") as stream:
+        launcher = subprocess.Popen(
+            [sys.executable, "-m", "paiexp", "+pipeline=fails"],
+            cwd=root,
+            env={**env, **gates.env()},
+            stdout=subprocess.DEVNULL,
+            stderr=stream,
+        )
+    try:
+        held = gates.wait_held(2)
+        starts = wait_until(
+            lambda: (found := running_step_runs(root)).keys() == {"bad", "good"} and found,
+            120,
+            "both steps' runs to be made",
+        )
+        opened = time.time() * 1000
+        assert max(starts.values()) <= opened and len(gates.held()) == 2  # neither could end
+        gates.open(held)
+        code = launcher.wait(timeout=120)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+        gates.open(gates.held())  # no job of a failed test waits for ever
+    assert code == 1, output.read_text()
     assert statuses(root, "fails") == {"bad": "failed", "after_bad": "not-run", "good": "succeeded"}
     parent, runs, _ = pipeline_runs(root)
     assert parent.info.status == "FAILED"

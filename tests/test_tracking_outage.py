@@ -200,16 +200,29 @@ def test_a_relaunch_after_the_server_went_away_mid_write_logs_each_point_once(
     from mlflow.tracking import MlflowClient
 
     n_trials = 3
-    sweep = {**SWEEP, "n_trials": n_trials, "parallelism": 1}
-    sweep["params"] = {**SWEEP["params"], "duration": 1.0}
-    root = synthetic_project(tmp_path, sweep)
+    root = synthetic_project(tmp_path, {**SWEEP, "n_trials": n_trials, "parallelism": 1})
     experiment = f"cut-after-{keep or 'all'}"
+    gates = Gates(tmp_path / "gates")
     with tracking_proxy(tracking_server.uri) as proxy:
         proxy.cut_at(Cut(trial_points, keep=keep))
-        first = launch(root, proxy.uri, experiment, "tracker.outage_timeout=2")
-        first.wait(timeout=120)  # 1, or 0 when every trial had ended before it gave up
+        first = launch(root, proxy.uri, experiment, "tracker.outage_timeout=2", gates=gates)
+        try:
+            # a trial's points are logged once its job ended: the first trial's cut the server
+            gates.open(gates.wait_held(1))
+            wait_until(proxy.down.is_set, 120, "the server to go away")
+            gave_up = "no new trials: MLflow tracking failed"
+            wait_until(lambda: gave_up in log(root), 120, "the launcher to give tracking up")
+            # every other job was held through it: the last trial never started
+            assert complete_trials(root) == 1 and len(load_study(root).trials) < n_trials
+            gates.open(gates.held())
+            code = first.wait(timeout=120)
+        finally:
+            if first.poll() is None:
+                first.kill()
+                first.wait()
+            gates.open(gates.held())  # no job of a failed test waits for ever
         output = log(root)
-        assert proxy.down.is_set(), "the server never went away"
+        assert code == 1, output
         assert "the next launch of this sweep re-applies what is missing" in output, output
         proxy.restore()
         again = launch(root, proxy.uri, experiment)

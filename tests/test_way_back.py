@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import yaml
-from conftest import all_runs, assert_one_line_error, clean_env, run_paiexp
+from conftest import all_runs, assert_one_line_error, clean_env, run_paiexp, wait_until
+from gates import Gates
 from pipeline_helpers import write_pipeline
 from sweep_helpers import load_study, sweep_runs, synthetic_project
+
+from paiexp.jsonfiles import read_json
 
 WITH_MODELS = {
     "params": {"x": "interval(-1, 1)", "duration": 0.2, "steps": 2, "model": "true"},
@@ -174,21 +178,59 @@ def test_pai_images_without_a_network_is_one_line(tmp_path: Path) -> None:
     assert "check the network" in done.stderr
 
 
+def held_job_of(root: Path, gates: Gates, number: int) -> Path:
+    """Trial ``number``'s job, once it is held at its gate (its state names the held pid)."""
+
+    def held() -> Path | None:
+        trials = load_study(root).trials
+        name = trials[number].user_attrs.get("paiexp:job_name") if len(trials) > number else None
+        state = read_json(root / ".paiexp" / "jobs" / name / "state.json") if name else None
+        pid = (state or {}).get("pid")
+        return next((job for job in gates.held() if gates.pid(job) == pid), None)
+
+    return wait_until(held, 120, f"trial {number}'s job to be held")
+
+
 def test_a_tie_names_the_same_best_trial_everywhere(tmp_path: Path) -> None:
     sweep = {
-        "params": {"x": 0.5, "duration": "choice(0.1, 0.6)"},  # one score, trials end apart
+        "params": {"x": 0.5, "duration": "choice(0.1, 0.6)"},  # one score
         "n_trials": 4,
         "parallelism": 2,
         "sampler": {"name": "random", "seed": 1},
     }
     root = synthetic_project(tmp_path, sweep)
-    done = run_paiexp(root, "+sweep=syn")
-    assert done.returncode == 0, done.stderr
-    status = re.findall(r"best score=0\.25 \(trial (\d+)\)", done.stderr)
-    assert status and status[-1] == "0", done.stderr  # the final status line's best
-    assert printed("best run", done.stderr).endswith("(trial 0)")
+    gates = Gates(tmp_path / "gates")  # trial 1 ends before trial 0, by the test's hand
+    output = tmp_path / "launcher.txt"
+    with output.open("w") as stream:
+        launcher = subprocess.Popen(
+            [sys.executable, "-m", "paiexp", "+sweep=syn"],
+            cwd=root,
+            env=clean_env(**gates.env()),
+            stdout=subprocess.DEVNULL,
+            stderr=stream,
+        )
+    try:
+        gates.wait_held(2)
+        first, second = held_job_of(root, gates, 0), held_job_of(root, gates, 1)
+        gates.open([second])
+        wait_until(
+            lambda: load_study(root).trials[1].state.name == "COMPLETE", 120, "trial 1 to end"
+        )
+        assert load_study(root).trials[0].state.name == "RUNNING" and first in gates.held()
+        with gates.all_open():
+            code = launcher.wait(timeout=120)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+        gates.open(gates.held())  # no job of a failed test waits for ever
+    said = output.read_text()
+    assert code == 0, said
+    status = re.findall(r"best score=0\.25 \(trial (\d+)\)", said)
+    assert status and status[-1] == "0", said  # the final status line's best
+    assert printed("best run", said).endswith("(trial 0)")
     duration = load_study(root).trials[0].params["duration"]
-    assert printed("best params", done.stderr) == f"duration={duration:g}"
+    assert printed("best params", said) == f"duration={duration:g}"
     (parent,), _ = sweep_runs(root)
     assert parent.data.tags["paiexp.best_trial"] == "0"
 
