@@ -360,9 +360,9 @@ def test_a_sigterm_to_the_launchers_process_group_ends_it_and_a_relaunch_complet
     tmp_path: Path,
 ) -> None:
     """``timeout``, a shell's ``kill`` or a shutdown signal the launcher's whole process group:
-    its tracking process (SIGTERM ignored) closes the runs, the launcher leaves its running
-    jobs to a later launch and exits (was: the tracking process died with the group and the
-    launcher waited for it for ever)."""
+    its tracking process (in a group of its own) closes the runs, the launcher leaves its
+    running jobs to a later launch and exits (was: the tracking process died with the group
+    and the launcher waited for it for ever)."""
     root = synthetic_project(
         tmp_path / "project",
         {"params": {"x": "interval(-3, 3)", "duration": 0.1, "steps": STEPS}, "n_trials": 4},

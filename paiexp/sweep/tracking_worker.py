@@ -1,12 +1,12 @@
 """The tracking process of a sweep: applies the launcher's calls to MLflow, in order.
 
 It dies with the launcher (a crash loses at most queued calls, which the next launch
-reconciles), ignores Ctrl-C and SIGTERM (an interrupted sweep still closes its runs), tells
-the launcher each call it is done with (should it die, a new one is sent the calls not done
-again, :mod:`paiexp.sweep.tracking`), applies each call as
-it comes (keeping up while trials run leaves the least for after the last one), logs the
-plots the launcher drew meanwhile, and exits without the interpreter's teardown.  Every
-MLflow call goes through :class:`paiexp.tracking.MlflowTracker`.
+reconciles), is out of reach of signals to the launcher's process group (Ctrl-C, timeout's
+SIGTERM: an interrupted sweep still closes its runs), tells the launcher each call it is done
+with (should it die, a new one is sent the calls not done again, :mod:`paiexp.sweep.tracking`),
+applies each call as it comes (keeping up while trials run leaves the least for after the last
+one), logs the plots the launcher drew meanwhile, and exits without the interpreter's
+teardown.  Every MLflow call goes through :class:`paiexp.tracking.MlflowTracker`.
 
 A tracking server that stops answering is waited for (:mod:`paiexp.outage`, up to
 ``tracker.outage_timeout``): the call that failed is tried again, the calls behind it wait
@@ -103,10 +103,12 @@ def serve(calls: Any, connection: Connection, launcher_pid: int) -> None:
     applies the launcher's calls in order until :class:`Close`, replying on ``connection``."""
     _die_with(launcher_pid)
     replies = Replies(connection)
-    # Ctrl-C and a SIGTERM to the process group are the launcher's to handle: it closes the
-    # runs through this process, which dies with it
+    # Ctrl-C and a SIGTERM to the launcher's process group (timeout, a shell's kill) are the
+    # launcher's to handle: it closes the runs through this process, which dies with it.  A
+    # SIGTERM sent to this process itself still ends it (multiprocessing's at the command's
+    # exit, for one it never used).
+    os.setpgid(0, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"  # retried whole, idempotently, here
     loading = threading.Thread(target=load_mlflow, name="load-mlflow", daemon=True)
     loading.start()
