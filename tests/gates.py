@@ -7,10 +7,12 @@ run" (an outage, a kill) happen by construction, not by hoping a job is slow eno
 
 from __future__ import annotations
 
+import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from conftest import wait_until
 
@@ -72,3 +74,16 @@ class Gates:
         finally:
             done.set()
             thread.join()
+
+
+@contextmanager
+def cleaned_up(gates: Gates, launchers: list[subprocess.Popen[Any]]) -> Iterator[None]:
+    """Whatever happens in the block, no launcher runs on and no job waits for ever."""
+    try:
+        yield
+    finally:
+        for launcher in launchers:
+            if launcher.poll() is None:
+                launcher.kill()
+                launcher.wait()
+        gates.open(gates.held())

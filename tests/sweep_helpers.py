@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from conftest import REPO
+from conftest import REPO, wait_until
+from gates import Gates
 
 from paiexp.jsonfiles import read_json
 
@@ -113,3 +114,16 @@ def counted_trials(trials: list[Any], at_most: int = 1) -> list[Any]:
         assert "ended while asking for it, before it had a job" in trial.user_attrs[REASON]
     assert len(never_ran) <= at_most, never_ran
     return [t for t in trials if t not in never_ran]
+
+
+def let_end_once_reported(gates: Gates, root: Path, steps: int, numbers: int = 2) -> None:
+    """Let the first ``numbers`` trials' held jobs end one at a time, each once its ``steps``
+    are reported to the study (what the pruner measures the next trial against)."""
+    for number in range(numbers):
+        (job,) = gates.wait_held(1)
+        wait_until(
+            lambda n=number: len(load_study(root).trials[n].intermediate_values) == steps,
+            120,
+            f"trial {number}'s steps to be reported",
+        )
+        gates.open([job])

@@ -18,13 +18,12 @@ import sqlite3
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import clean_env, wait_until
-from gates import Gates
+from gates import Gates, cleaned_up
 from sweep_helpers import counted_trials, load_study, sweep_runs, synthetic_project
 
 from paiexp.processes import process_alive, process_stat
@@ -85,19 +84,6 @@ def start_sweep(
             stderr=subprocess.STDOUT,
             **options,
         )
-
-
-@contextlib.contextmanager
-def cleaned_up(gates: Gates, launchers: list[subprocess.Popen[bytes]]) -> Iterator[None]:
-    """Whatever happens in the block, no launcher runs on and no job waits for ever."""
-    try:
-        yield
-    finally:
-        for launcher in launchers:
-            if launcher.poll() is None:
-                launcher.kill()
-                launcher.wait()
-        gates.open(gates.held())
 
 
 def assert_runs_whole(root: Path) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, all_runs, clean_env, job_end, mlflow_client, run_paiexp, wait_until
 from ddp_helpers import assert_trained_in_step
-from gates import Gates
+from gates import Gates, cleaned_up
 from sweep_helpers import MEDIAN_PRUNER, load_study, synthetic_project
 from test_local_backend import pid_gone
 
@@ -261,7 +261,7 @@ def test_a_sweep_of_two_instance_jobs_prunes_whole_jobs(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
-    try:
+    with cleaned_up(gates, [launcher]):
         good = gates.wait_held(4)  # both instances of both good trials
         for number in (0, 1):
             wait_until(
@@ -284,11 +284,6 @@ def test_a_sweep_of_two_instance_jobs_prunes_whole_jobs(tmp_path: Path) -> None:
         _, err = launcher.communicate(timeout=120)  # the bad job is held: it cannot end itself
         assert launcher.returncode == 0, err
         assert len(gates.opened()) == 4  # not the bad trial's: it was stopped
-    finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.wait()
-        gates.open(gates.held())  # no job of a failed test waits for ever
     study = load_study(root)
     assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE", "PRUNED"]
     job_dir = root / ".paiexp" / "jobs" / study.trials[2].user_attrs["paiexp:job_name"]

@@ -20,12 +20,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO, assert_nothing_started, clean_env, run_paiexp, wait_until
+from conftest import REPO, assert_nothing_started, clean_env, run_paiexp
 from emulator import Emulator
 from emulator.store import split_uri
 from gates import Gates
 from sweep_helpers import (
     children_by_trial,
+    let_end_once_reported,
     load_study,
     sweep_runs,
     synthetic_project,
@@ -166,14 +167,7 @@ def test_pruned_trials_are_stopped_on_pai(cloud: Emulator, tmp_path: Path) -> No
         stderr=subprocess.PIPE,
         text=True,
     )
-    for number in (0, 1):  # each ends once its steps are reported, as the pruner's measure
-        (job,) = gates.wait_held(1)
-        wait_until(
-            lambda n=number: len(load_study(root).trials[n].intermediate_values) == steps,
-            120,
-            f"trial {number}'s steps to be reported",
-        )
-        gates.open([job])
+    let_end_once_reported(gates, root, steps)
     _, err = launcher.communicate(timeout=120)  # the third job is held: it cannot end itself
     assert launcher.returncode == 0, err[-3000:]
     assert len(gates.opened()) == 2 and len(gates.held()) == 1  # the third, stopped held

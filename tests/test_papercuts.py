@@ -26,11 +26,16 @@ from conftest import (
     assert_one_line_error,
     clean_env,
     run_paiexp,
-    wait_until,
 )
-from gates import Gates
+from gates import Gates, cleaned_up
 from rich.console import Console
-from sweep_helpers import load_study, sweep_runs, synthetic_project, third_trial_pruned
+from sweep_helpers import (
+    let_end_once_reported,
+    load_study,
+    sweep_runs,
+    synthetic_project,
+    third_trial_pruned,
+)
 
 from paiexp.cli import COMMANDS
 from paiexp.compose import compose, locate_project, to_object
@@ -95,23 +100,11 @@ def test_a_sweeps_summary_and_runs(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
-    try:
-        for number in (0, 1):  # each ends once its steps are reported, as the pruner's measure
-            (job,) = gates.wait_held(1)
-            wait_until(
-                lambda n=number: len(load_study(root).trials[n].intermediate_values) == steps,
-                120,
-                f"trial {number}'s steps to be reported",
-            )
-            gates.open([job])
+    with cleaned_up(gates, [launcher]):
+        let_end_once_reported(gates, root, steps)
         _, out = launcher.communicate(timeout=120)  # the third job is held: only its stop ends it
         assert launcher.returncode == 0, out
         assert len(gates.opened()) == 2  # not the third: it was stopped before it could end
-    finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.wait()
-        gates.open(gates.held())  # no job of a failed test waits for ever
 
     assert "sweep 3/3 done (2 complete, 1 pruned) · " in out
     study = load_study(root)

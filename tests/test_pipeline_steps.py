@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import assert_one_line_error, clean_env, run_paiexp, wait_until
-from gates import Gates
+from gates import Gates, cleaned_up
 from pipeline_helpers import job_dirs, pipeline_runs, state, statuses, write_pipeline
 from sweep_helpers import synthetic_project
 
@@ -123,7 +123,7 @@ def test_failed_step_stops_its_dependents_only_and_runs_again_next_time(tmp_path
             stdout=subprocess.DEVNULL,
             stderr=stream,
         )
-    try:
+    with cleaned_up(gates, [launcher]):
         held = gates.wait_held(2)
         starts = wait_until(
             lambda: (found := running_step_runs(root)).keys() == {"bad", "good"} and found,
@@ -134,11 +134,6 @@ def test_failed_step_stops_its_dependents_only_and_runs_again_next_time(tmp_path
         assert max(starts.values()) <= opened and len(gates.held()) == 2  # neither could end
         gates.open(held)
         code = launcher.wait(timeout=120)
-    finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.wait()
-        gates.open(gates.held())  # no job of a failed test waits for ever
     assert code == 1, output.read_text()
     assert statuses(root, "fails") == {"bad": "failed", "after_bad": "not-run", "good": "succeeded"}
     parent, runs, _ = pipeline_runs(root)

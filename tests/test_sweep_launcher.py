@@ -19,6 +19,7 @@ from gates import Gates
 from sweep_helpers import (
     children_by_trial,
     jobs_dir,
+    let_end_once_reported,
     load_study,
     running_jobs,
     sweep_runs,
@@ -56,14 +57,7 @@ def test_bad_trials_are_pruned_and_their_jobs_stopped(tmp_path: Path) -> None:
     )
     gates = Gates(tmp_path / "gates")
     launcher = start_sweep(root, env=clean_env(**gates.env()))
-    for number in (0, 1):  # each ends once its steps are reported, as the pruner's measure
-        (job,) = gates.wait_held(1)
-        wait_until(
-            lambda n=number: len(load_study(root).trials[n].intermediate_values) == steps,
-            120,
-            f"trial {number}'s steps to be reported",
-        )
-        gates.open([job])
+    let_end_once_reported(gates, root, steps)
     _, err = launcher.communicate(timeout=120)  # the third job is held: it cannot end itself
     assert launcher.returncode == 0, err
     assert len(gates.opened()) == 2  # not the third: it was stopped before it could end

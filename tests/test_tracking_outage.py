@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from conftest import clean_env, wait_until
-from gates import Gates
+from gates import Gates, cleaned_up
 from servers import MlflowServer
 from sweep_helpers import load_study, synthetic_project
 from tracking_proxy import Cut, tracking_proxy, trial_points
@@ -206,7 +206,7 @@ def test_a_relaunch_after_the_server_went_away_mid_write_logs_each_point_once(
     with tracking_proxy(tracking_server.uri) as proxy:
         proxy.cut_at(Cut(trial_points, keep=keep))
         first = launch(root, proxy.uri, experiment, "tracker.outage_timeout=2", gates=gates)
-        try:
+        with cleaned_up(gates, [first]):
             # a trial's points are logged once its job ended: the first trial's cut the server
             gates.open(gates.wait_held(1))
             wait_until(proxy.down.is_set, 120, "the server to go away")
@@ -216,11 +216,6 @@ def test_a_relaunch_after_the_server_went_away_mid_write_logs_each_point_once(
             assert complete_trials(root) == 1 and len(load_study(root).trials) < n_trials
             gates.open(gates.held())
             code = first.wait(timeout=120)
-        finally:
-            if first.poll() is None:
-                first.kill()
-                first.wait()
-            gates.open(gates.held())  # no job of a failed test waits for ever
         output = log(root)
         assert code == 1, output
         assert "the next launch of this sweep re-applies what is missing" in output, output

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 from conftest import all_runs, assert_one_line_error, clean_env, run_paiexp, wait_until
-from gates import Gates
+from gates import Gates, cleaned_up
 from pipeline_helpers import write_pipeline
 from sweep_helpers import load_study, sweep_runs, synthetic_project
 
@@ -209,7 +209,7 @@ def test_a_tie_names_the_same_best_trial_everywhere(tmp_path: Path) -> None:
             stdout=subprocess.DEVNULL,
             stderr=stream,
         )
-    try:
+    with cleaned_up(gates, [launcher]):
         gates.wait_held(2)
         first, second = held_job_of(root, gates, 0), held_job_of(root, gates, 1)
         gates.open([second])
@@ -219,11 +219,6 @@ def test_a_tie_names_the_same_best_trial_everywhere(tmp_path: Path) -> None:
         assert load_study(root).trials[0].state.name == "RUNNING" and first in gates.held()
         with gates.all_open():
             code = launcher.wait(timeout=120)
-    finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.wait()
-        gates.open(gates.held())  # no job of a failed test waits for ever
     said = output.read_text()
     assert code == 0, said
     status = re.findall(r"best score=0\.25 \(trial (\d+)\)", said)
