@@ -325,9 +325,18 @@ def test_a_stopped_job_is_stopping_while_its_process_is_being_killed(emu: Emulat
 def test_a_job_stopped_before_it_runs_is_stopping_then_terminated(
     emu: Emulator, client: PaiClient
 ) -> None:
-    job_id = create(client, emu, "early-stop", ["sleep", "60"])
-    client.stop_training_job(job_id)
-    job = wait(client, job_id)
+    emu.pai.admit.clear()  # held before it runs
+    try:
+        job_id = create(client, emu, "early-stop", ["sleep", "60"])
+        assert client.get_training_job(job_id).body.status in (
+            "Creating",
+            "Created",
+            "Initializing",
+        )
+        client.stop_training_job(job_id)
+        job = wait(client, job_id)
+    finally:
+        emu.pai.admit.set()
     assert job.status == "Terminated"
     assert statuses(job)[-2:] == ["Stopping", "Terminated"]
     assert "Running" not in statuses(job)

@@ -225,6 +225,10 @@ class PaiServer:
         self.faults = faults
         self.root = Path(root) if root else Path(tempfile.mkdtemp(prefix="pai-emulator-"))
         self.phase_seconds = phase_seconds
+        # Jobs go on to Submitted (and run) only while this is set: a test clears it to hold
+        # new jobs before they run (a stop still ends them).
+        self.admit = threading.Event()
+        self.admit.set()
         self.region = region
         self.instance_types = frozenset(instance_types)
         self.image_allow = re.compile(image_allow) if image_allow else None
@@ -875,6 +879,9 @@ class PaiServer:
             if failure:
                 self._finish(job, "InitializeFailed", *failure)
                 return
+            while not self.admit.is_set():  # held before it runs
+                if self._pause(job):
+                    return
             for status in ("Submitted", "Running"):
                 if self._pause(job):
                     return
@@ -1244,7 +1251,11 @@ class PaiServer:
     def _transition(
         self, job: _Job, status: str, code: str | None = None, message: str | None = None
     ) -> None:
+        """Record the job's next status; once it is Stopping, only its final one (the job's
+        thread may pass its last pause just as the stop comes)."""
         with self._lock:
+            if job.status == "Stopping" and status not in TERMINAL:
+                return
             at = time.time()
             stamp = _iso(at)
             if job.transitions:
