@@ -92,7 +92,27 @@ def compose(project: Project, overrides: Sequence[str], *, multirun: bool = Fals
             cfg = hydra_compose(project.config_name, overrides=hydra_overrides)
     except Exception as exc:  # Hydra raises many types; each becomes one line
         raise UserError(describe_error(exc)) from None
+    _refuse_unknown_keys(cfg, "")
     return cfg
+
+
+def _refuse_unknown_keys(node: Any, path: str) -> None:
+    """A key no schema has, which Hydra's ``+key=value`` adds to a structured config as
+    readily as to a plain one (and which nothing would read), is a UserError naming it."""
+    if isinstance(node, DictConfig):
+        schema = OmegaConf.get_type(node)
+        if schema is not None and dataclasses.is_dataclass(schema):
+            fields = [field.name for field in dataclasses.fields(schema)]
+            for key in map(str, node):
+                if key not in fields:
+                    raise UserError(
+                        f"{path}{key}: unknown key; valid keys here: {', '.join(fields)}"
+                    )
+        for key in map(str, node):  # nodes, not values: no interpolation is resolved here
+            _refuse_unknown_keys(node._get_node(key), f"{path}{key}.")
+    elif OmegaConf.is_list(node):
+        for index in range(len(node)):
+            _refuse_unknown_keys(node._get_node(index), f"{path.rstrip('.')}[{index}].")
 
 
 def show_info(project: Project, overrides: Sequence[str], what: str) -> None:

@@ -44,6 +44,11 @@ def case(*args: str, mentions: tuple[str, ...], in_project: bool = True) -> Case
 
 CASES = {
     "unknown-key": case("job.foo=1", mentions=("job.foo", "command", "valid keys")),
+    "unknown-key-added": case("+job.foo=1", mentions=("job.foo", "command", "valid keys")),
+    "unknown-nested-key-added": case(
+        "+job.metric_definitions.0.group=1",
+        mentions=("job.metric_definitions[0].group", "name, regex"),
+    ),
     "wrong-type": case("job.instance_count=abc", mentions=("job.instance_count", "abc")),
     "bad-backend": case("backend=nope", mentions=("backend", "nope", "local")),
     "unknown-job-config": case("job=nope", mentions=("job", "nope", "xgb")),
