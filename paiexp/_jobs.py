@@ -170,6 +170,7 @@ def job(
     requirements: Sequence[str] = (),
     max_run_time: int | None = None,
     metric_definitions: Sequence[Mapping[str, str]] = (),
+    tensorboard: Mapping[str, Any] | None = None,
     output_parameters: Sequence[str] = (),
     labels: Mapping[str, str] | None = None,
     checkpoints: str | None = None,
@@ -179,7 +180,8 @@ def job(
     **unknown: Any,
 ) -> Composed:
     """A job from keyword arguments alone, no ``conf/`` needed: the same schema and checks as
-    a ``conf/job/*.yaml`` file (relative paths are ``project``'s).  ``backend``: a backend's
+    a ``conf/job/*.yaml`` file (relative paths are ``project``'s); ``tensorboard``:
+    ``{metrics: [...], other_scalars: bool}``.  ``backend``: a backend's
     name, or its settings with ``name``; ``tracker``: ``{uri, experiment, ...}``."""
     if unknown:
         from paiexp.config import JobConfig
@@ -205,6 +207,7 @@ def job(
             _mapped(f"job.metric_definitions[{index}]", definition)
             for index, definition in enumerate(definitions)
         ],
+        "tensorboard": _mapped("job.tensorboard", tensorboard),
         "output_parameters": _listed("job.output_parameters", output_parameters),
         "labels": _mapped("job.labels", labels),
         "checkpoints": checkpoints,

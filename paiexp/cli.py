@@ -12,6 +12,7 @@
     paiexp register RUN_ID NAME        a run's model as a version of NAME (alias best if better)
     paiexp images [--framework NAME]   list official PAI training images
     paiexp report [SWEEP | RUN_ID]     a sweep's top trials, and its plots as one HTML file
+    paiexp tensorboard SWEEP|RUN_ID    TensorBoard over a run's event files, or a sweep's trials
     paiexp import pai JOB_ID... | --label K=V | --since DATE   PAI jobs made elsewhere as runs
 
 Hydra's flags: --config-path/-cp names the primary config directory (default conf/),
@@ -434,6 +435,42 @@ def report_command(argv: Sequence[str]) -> int:
     return report(project, args.target, args.overrides, args.output, args.top)
 
 
+def tensorboard_command(argv: Sequence[str]) -> int:
+    parser = _parser(
+        "paiexp tensorboard",
+        "TensorBoard over a run's event files, or over each trial of a sweep (or step of a "
+        "pipeline) as a named run.",
+    )
+    parser.add_argument(
+        "target", metavar="SWEEP|RUN_ID", help="a sweep's name, or a run (a sweep's: its trials)"
+    )
+    parser.add_argument("--port", type=int, default=6006, help="TensorBoard's port (6006)")
+    parser.add_argument(
+        "--print", action="store_true", help="print TensorBoard's command line, do not start it"
+    )
+    parser.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="edits of the runs' stored configs"
+    )
+    args = parser.parse_intermixed_args(argv)
+    if not 0 < args.port < 65536:
+        raise UserError(f"--port: invalid value {args.port}; expected a port, 1-65535")
+
+    import shlex
+
+    from paiexp.compose import compose, to_object
+    from paiexp.tensorboard_view import command, logdirs, serve
+
+    project = _project(args)
+    config = to_object(compose(project, []))
+    directories = logdirs(config, args.target, project.base_dir, args.overrides)
+    tensorboard = command(directories, args.port)
+    if args.print:
+        print(shlex.join(tensorboard))
+        return 0
+    serve(tensorboard)
+    return 0
+
+
 def import_command(argv: Sequence[str]) -> int:
     parser = _parser("paiexp import", "Track training jobs started elsewhere as MLflow runs.")
     parser.add_argument("platform", choices=["pai"], help="where the jobs ran")
@@ -541,5 +578,6 @@ COMMANDS = {
     "register": register_command,
     "images": images_command,
     "report": report_command,
+    "tensorboard": tensorboard_command,
     "import": import_command,
 }

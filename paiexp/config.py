@@ -64,6 +64,17 @@ class Scheme(StrEnum):
 
 
 @dataclass
+class TensorBoardConfig:
+    """The scalars of the job's TensorBoard event files (its ``tensorboard`` channel) as
+    metrics (see :mod:`paiexp.tensorboard_scalars`)."""
+
+    # declared scalars (an objective, a pruner or a condition may name them): a tag path,
+    # or {name: NAME, tag: TAG} (e.g. {name: val_loss, tag: validation/epoch_loss})
+    metrics: list[Any] = field(default_factory=list)
+    other_scalars: bool = True  # every other scalar too, named by its tag path
+
+
+@dataclass
 class JobConfig:
     """One training job, in the terms of a PAI training job."""
 
@@ -83,6 +94,7 @@ class JobConfig:
     requirements: list[str] = field(default_factory=list)
     max_run_time: int | None = None
     metric_definitions: list[MetricDefinition] = field(default_factory=list)
+    tensorboard: TensorBoardConfig = field(default_factory=TensorBoardConfig)
     # the names the job writes to output_parameters/ (a pipeline's references are checked
     # against them and metric_definitions before anything runs)
     output_parameters: list[str] = field(default_factory=list)

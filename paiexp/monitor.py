@@ -1,4 +1,5 @@
-"""Watching one job: its log read from a cursor, metrics extracted as lines arrive, the result.
+"""Watching one job: its log read from a cursor, metrics extracted as lines arrive (and as
+its TensorBoard event files grow), the result.
 
 A launcher polls all its jobs' statuses in one backend call and then asks each job's monitor
 for new log lines; a single run is the same with one job.
@@ -16,6 +17,7 @@ from paiexp.backends.base import Backend, JobHandle, JobState, JobStatus
 from paiexp.cost import RunCost
 from paiexp.metrics import MetricExtractor, MetricPoint
 from paiexp.spec import JobSpec
+from paiexp.tensorboard_scalars import ScalarReader
 
 LOG_TAIL_LINES = 50
 
@@ -42,6 +44,8 @@ class JobResult:
     mismatches: dict[str, tuple[float, float]] = field(default_factory=dict)
     # what a person should know although the job succeeded (one line each)
     warnings: list[str] = field(default_factory=list)
+    # why a declared metric has no value, by its name (TensorBoard scalars never written)
+    unreported: dict[str, str] = field(default_factory=dict)
     model_empty: bool = False  # it succeeded, leaving its model channel empty
     cost: RunCost | None = None  # its instance-hours and price (see paiexp.cost)
 
@@ -72,13 +76,21 @@ class JobMonitor:
         self.echo = echo
         self.cursor = 0
         self.extractor = MetricExtractor(spec.metric_definitions)
+        self.scalars = ScalarReader(spec.tensorboard, taken=self.extractor.series)
         self.tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
         self.unlogged: list[MetricPoint] = []
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log_path.write_bytes(b"")
 
     def pull(self, *, final: bool = False) -> list[MetricPoint]:
-        """Read new log lines; returns the metric points they held."""
+        """Read new log lines and TensorBoard scalars; returns the metric points they held."""
+        points = self._pull_log(final) + self.scalars.read(
+            self.backend.tensorboard_dir(self.handle, final=final)
+        )
+        self.unlogged.extend(p for p in points if p.step not in self.logged.get(p.name, ()))
+        return points
+
+    def _pull_log(self, final: bool) -> list[MetricPoint]:
         chunk = self.backend.read_logs(self.handle, self.cursor, final=final)
         self.cursor = chunk.cursor
         if not chunk.lines:
@@ -93,9 +105,7 @@ class JobMonitor:
         if self.echo is not None:
             for line in chunk.lines:
                 self.echo(line)
-        points = self.extractor.feed(chunk.lines)
-        self.unlogged.extend(p for p in points if p.step not in self.logged.get(p.name, ()))
-        return points
+        return self.extractor.feed(chunk.lines)
 
     def take_unlogged(self) -> list[MetricPoint]:
         points, self.unlogged = self.unlogged, []
@@ -104,7 +114,7 @@ class JobMonitor:
     def result(self, status: JobStatus) -> JobResult:
         """The job's outcome; call after a final :meth:`pull` once the job is terminal."""
         output_parameters = self.backend.output_parameters(self.handle)
-        extracted = self.extractor.final()
+        extracted = {**self.extractor.final(), **self.scalars.final()}
         reported = self.backend.service_metrics(self.handle)
         mismatches = {
             name: (extracted[name], value)
@@ -113,21 +123,31 @@ class JobMonitor:
         }
         outputs = self.backend.outputs(self.handle)
         empty = self.model_left_empty(status, outputs)
+        unreported = self.scalars.missing()
         return JobResult(
             handle=self.handle,
             status=status,
             # the platform's values fill in what the log (read client-side) missed
             metrics={**reported, **extracted, **output_parameters},
             mismatches=mismatches,
-            series=self.extractor.series,
+            series={**self.extractor.series, **self.scalars.series},
             output_parameters=output_parameters,
             outputs=outputs,
             console_url=self.backend.console_url(self.handle),
             log_path=self.log_path,
             log_tail=list(self.tail),
             instance_logs=self.backend.instance_logs(self.handle),
-            warnings=[self.empty_model_warning(outputs["model"])] if empty else [],
+            warnings=[
+                *self.scalars.unreadable(),
+                *(
+                    f"TensorBoard metric {name!r}: {why}"
+                    for name, why in unreported.items()
+                    if status.state is JobState.SUCCEEDED
+                ),
+                *([self.empty_model_warning(outputs["model"])] if empty else []),
+            ],
             model_empty=empty,
+            unreported=unreported,
         )
 
     def model_left_empty(self, status: JobStatus, outputs: Mapping[str, str]) -> bool:

@@ -214,6 +214,30 @@ class OssTransfer:
                 seen.write_text(etag)
         return local
 
+    def mirror_growing(self, prefix: OssUri, dest: Path) -> None:
+        """Bring ``dest`` up to the objects under ``prefix``, for files that only grow (event
+        files a job appends to): only the bytes past a local copy's end are fetched; a copy
+        longer than its object (the object was replaced) is fetched whole again."""
+        bucket = self.bucket(prefix.bucket)
+        base = prefix.as_dir().key
+        for key, size in self.sizes(prefix.as_dir()).items():
+            if key.endswith("/"):
+                continue
+            target = inside(dest, key[len(base) :], name=f"oss://{prefix.bucket}/{key}")
+            have = target.stat().st_size if target.is_file() else 0
+            if have == size:
+                continue
+            start = have if have < size else 0
+            data = self._retry(
+                f"download oss://{prefix.bucket}/{key}",
+                lambda key=key, start=start: bucket.get_object(
+                    key, byte_range=(start, None)
+                ).read(),
+            )
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with target.open("ab" if start else "wb") as stream:
+                stream.write(data)
+
     def sizes(self, prefix: OssUri) -> dict[str, int]:
         """Object key -> size under a prefix."""
         return {o.key: int(o.size) for o in self._listing(prefix)}

@@ -230,8 +230,7 @@ def follow_again(
     from paiexp.tracking import SPEC_ARTIFACT
 
     spec = JobSpec.from_dict(json.loads(tracker.load_text(tracked.run_id, SPEC_ARTIFACT)))
-    names = [definition.name for definition in spec.metric_definitions]
-    logged = tracker.logged_steps(tracked.run_id, names)  # flushed by the launcher that died
+    logged = tracker.logged_steps(tracked.run_id)  # flushed by the launcher that died
     return follow(
         backend,
         handle,

@@ -19,6 +19,7 @@ from paiexp.errors import UserError
 from paiexp.metrics import METRIC_NAME, MetricDefinition, definition_error
 from paiexp.redact import redact_environments
 from paiexp.seconds import check_seconds
+from paiexp.tensorboard_scalars import TensorBoardScalars, parse_tensorboard
 
 JOB_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,39}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -43,10 +44,19 @@ class JobSpec:
     requirements: tuple[str, ...] = ()
     max_run_time: int | None = None
     metric_definitions: tuple[MetricDefinition, ...] = ()
+    tensorboard: TensorBoardScalars = field(default_factory=TensorBoardScalars)
     labels: dict[str, str] = field(default_factory=dict)
     # the checkpoints the job starts from (an earlier job's): on PAI its checkpoints channel,
     # as the SDK's ``checkpoints_path``; elsewhere copied into its checkpoints directory
     checkpoints: str | None = None
+
+    @property
+    def metric_names(self) -> list[str]:
+        """The metrics the job declares (an objective, a pruner, a condition may name them):
+        its log's, then its TensorBoard scalars'."""
+        return [d.name for d in self.metric_definitions] + [
+            m.name for m in self.tensorboard.metrics
+        ]
 
     @property
     def output_channels(self) -> list[str]:
@@ -79,6 +89,7 @@ class JobSpec:
         values["metric_definitions"] = tuple(
             MetricDefinition(**item) for item in values.get("metric_definitions", ())
         )
+        values["tensorboard"] = TensorBoardScalars.from_dict(values.get("tensorboard") or {})
         return cls(**values)
 
 
@@ -97,6 +108,12 @@ def build_spec(job: Any, *, name: str, base_dir: Path) -> JobSpec:
     for written in job.output_parameters:
         if not METRIC_NAME.match(str(written)):
             _fail("job.output_parameters", written, "names of letters, digits, '_', '-', '.', '/'")
+    metric_definitions = _metric_definitions(job.metric_definitions)
+    tensorboard = parse_tensorboard(
+        job.tensorboard.metrics,
+        job.tensorboard.other_scalars,
+        {d.name for d in metric_definitions},
+    )
     return JobSpec(
         name=name,
         command=job.command,
@@ -111,7 +128,8 @@ def build_spec(job: Any, *, name: str, base_dir: Path) -> JobSpec:
         environments=_environments(job.environments),
         requirements=tuple(str(item) for item in job.requirements),
         max_run_time=job.max_run_time,
-        metric_definitions=_metric_definitions(job.metric_definitions),
+        metric_definitions=metric_definitions,
+        tensorboard=tensorboard,
         labels=_labels(job.labels),
         checkpoints=_checkpoints(job.checkpoints, base_dir),
     )

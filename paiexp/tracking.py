@@ -648,8 +648,10 @@ class MlflowTracker:
         history = self._client.get_metric_history(run_id, name)
         return sorted((m.step, m.value) for m in history)
 
-    def logged_steps(self, run_id: str, names: Iterable[str]) -> dict[str, set[int]]:
-        """The steps of each metric a run holds."""
+    def logged_steps(self, run_id: str, names: Iterable[str] | None = None) -> dict[str, set[int]]:
+        """The steps of each metric (of ``names``; None: of every one) a run holds."""
+        if names is None:
+            names = self._client.get_run(run_id).data.metrics
         return {
             name: {m.step for m in self._client.get_metric_history(run_id, name)} for name in names
         }

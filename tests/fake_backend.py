@@ -138,6 +138,9 @@ class FakeBackend:
     def service_metrics(self, handle: JobHandle) -> dict[str, float]:
         return {}
 
+    def tensorboard_dir(self, handle: JobHandle, *, final: bool = False) -> Path | None:
+        return None  # a fake job writes no event files
+
     def console_url(self, handle: JobHandle) -> str | None:
         return None
 

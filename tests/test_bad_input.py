@@ -73,6 +73,34 @@ CASES = {
         'job.metric_definitions=[{name: m, regex: "x=(\\d+)"}, {name: m, regex: "y=(\\d+)"}]',
         mentions=("metric_definitions[1]", "'m'", "twice"),
     ),
+    "tensorboard-metric-bad-name": case(
+        'job.tensorboard.metrics=[{name: "a:b", tag: loss}]',
+        mentions=("job.tensorboard.metrics[0]", "'a:b'", "letters, digits"),
+    ),
+    "tensorboard-metric-not-a-tag": case(
+        "job.tensorboard.metrics=[[loss]]",
+        mentions=("job.tensorboard.metrics[0]", "['loss']", "{name: NAME, tag: TAG}"),
+    ),
+    "tensorboard-metric-unknown-key": case(
+        "job.tensorboard.metrics=[{name: loss, tags: loss}]",
+        mentions=("job.tensorboard.metrics[0]", "tags", "{name: NAME, tag: TAG}"),
+    ),
+    "tensorboard-metric-clashes-with-log-metric": case(
+        "job.tensorboard.metrics=[test-auc]",
+        mentions=("job.tensorboard.metrics[0]", "'test-auc'", "job.metric_definitions"),
+    ),
+    "tensorboard-tag-declared-twice": case(
+        "job.tensorboard.metrics=[loss, {name: loss2, tag: loss}]",
+        mentions=("job.tensorboard.metrics[1]", "tag 'loss'", "twice"),
+    ),
+    "tensorboard-unknown-key": case(
+        "+job.tensorboard.scalars=all",
+        mentions=("job.tensorboard.scalars", "metrics", "other_scalars"),
+    ),
+    "tensorboard-other-scalars-not-a-bool": case(
+        "job.tensorboard.other_scalars=some",
+        mentions=("job.tensorboard.other_scalars", "some"),
+    ),
     "missing-input-path": case(
         "job.inputs.train=nowhere.csv", mentions=("job.inputs.train", "nowhere.csv")
     ),

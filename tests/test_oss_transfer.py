@@ -118,3 +118,27 @@ def test_big_files_go_up_in_parts_and_survive_faults(
     assert actions.count("UploadPart") < 14
     bucket, key = uri.bucket, uri.key
     assert cloud.store.get(bucket, key) == big.read_bytes()
+
+
+def test_a_growing_file_is_mirrored_by_its_new_bytes_only(
+    cloud: Emulator, transfer: OssTransfer, tmp_path: Path
+) -> None:
+    """As a job's event files grow on OSS: each mirror fetches the bytes past the copy's end
+    (appended to it, so a whole object fetched again would double it); a replaced, shorter
+    object is fetched whole."""
+    prefix = OssUri(cloud.bucket, "jobs/j1/tensorboard/")
+    events = OssUri(cloud.bucket, "jobs/j1/tensorboard/train/events.out.tfevents.1.host")
+    mirror = tmp_path / "mirror"
+    transfer.put_bytes(events, b"first records|")
+    transfer.mirror_growing(prefix, mirror)
+    copy = mirror / "train" / "events.out.tfevents.1.host"
+    assert copy.read_bytes() == b"first records|"
+    transfer.put_bytes(events, b"first records|more records|")
+    transfer.mirror_growing(prefix, mirror)
+    assert copy.read_bytes() == b"first records|more records|"
+    gets = [r for r in cloud.log.records("oss") if r.action == "GetObject"]
+    transfer.mirror_growing(prefix, mirror)  # unchanged: listed, not fetched
+    assert [r for r in cloud.log.records("oss") if r.action == "GetObject"] == gets
+    transfer.put_bytes(events, b"rewritten")
+    transfer.mirror_growing(prefix, mirror)
+    assert copy.read_bytes() == b"rewritten"

@@ -106,6 +106,12 @@ CASES = {
         "sweep.objective.metric=nope",
         mentions=("sweep.objective.metric", "'nope'", "test-auc", "validation-logloss"),
     ),
+    "objective-metric-a-tensorboard-tag-not-declared": case(
+        "+sweep=xgb",
+        "job.tensorboard.metrics=[loss]",
+        "sweep.objective.metric=accuracy",
+        mentions=("sweep.objective.metric", "'accuracy'", "job.tensorboard.metrics", "loss"),
+    ),
     "bad-objective-direction": case(
         "+sweep=xgb",
         "sweep.objective.direction=up",

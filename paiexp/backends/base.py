@@ -116,5 +116,10 @@ class Backend(Protocol):
     def service_metrics(self, handle: JobHandle) -> dict[str, float]:
         """Final metric values as the platform itself extracted them ({} if it does not)."""
 
+    def tensorboard_dir(self, handle: JobHandle, *, final: bool = False) -> Path | None:
+        """A directory here holding the job's ``tensorboard`` channel as it is now (a remote
+        channel's new bytes fetched first; ``final``: however recently it was fetched), or None
+        while there is none."""
+
     def console_url(self, handle: JobHandle) -> str | None:
         """Where a person can watch the job, if the platform has such a page."""

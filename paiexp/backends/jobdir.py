@@ -101,6 +101,10 @@ class JobDirectories:
     def output_parameters(self, name: str) -> dict[str, float]:
         return read_output_parameters(Path(self.layout(name).output_parameters_dir))
 
+    def tensorboard_dir(self, name: str) -> Path:
+        """The job's tensorboard channel as it writes it (its destination gets a copy)."""
+        return Path(self.layout(name).output_dir("tensorboard"))
+
 
 class LocalResults:
     """The result verbs of a backend whose jobs keep their outputs in job directories here
@@ -119,6 +123,9 @@ class LocalResults:
 
     def service_metrics(self, handle: JobHandle) -> dict[str, float]:
         return {}
+
+    def tensorboard_dir(self, handle: JobHandle, *, final: bool = False) -> Path | None:
+        return self.jobs.tensorboard_dir(handle.name)
 
     def instance_logs(self, handle: JobHandle) -> dict[str, Path]:
         return {}  # one instance per job (backend=local has its own)

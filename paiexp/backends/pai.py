@@ -66,7 +66,8 @@ class PaiBackend:
     name = "pai"
 
     def __init__(self, config: Any, base_dir: Path) -> None:
-        """``base_dir`` is unused: a PAI job keeps nothing on this machine."""
+        """``base_dir``: the project, where copies of the jobs' TensorBoard channels are kept
+        (a PAI job keeps nothing else on this machine)."""
         _check_config(config)
         missing = [m for m in SDK_MODULES if importlib.util.find_spec(m) is None]
         if missing:
@@ -83,6 +84,8 @@ class PaiBackend:
         self._seen: dict[str, dict[str, Any]] = {}  # job id -> last listing of it
         self._details: dict[str, dict[str, Any]] = {}  # job id -> GetTrainingJob once ended
         self._log_reads: dict[str, float] = {}  # job id -> monotonic time of the last read
+        self._tensorboard = base_dir / ".paiexp" / "tensorboard"  # a copy per job name
+        self._tensorboard_reads: dict[str, float] = {}  # job id -> monotonic time, as above
 
     # -- clients ---------------------------------------------------------------------------
 
@@ -395,6 +398,18 @@ class PaiBackend:
             for m in self.detail(handle).get("LatestMetrics") or []
             if m.get("Name") and m.get("Value") is not None
         }
+
+    def tensorboard_dir(self, handle: JobHandle, *, final: bool = False) -> Path | None:
+        """The channel's copy here, its new bytes fetched at most every ``log_interval``."""
+        uri = self.outputs(handle).get("tensorboard")
+        if uri is None:
+            return None
+        local = self._tensorboard / handle.name
+        now = time.monotonic()
+        if final or now - self._tensorboard_reads.get(handle.id, -1e9) >= self.log_interval:
+            self._tensorboard_reads[handle.id] = now
+            self.oss.mirror_growing(OssUri.parse(uri), local)
+        return local if local.is_dir() else None
 
     def console_url(self, handle: JobHandle) -> str | None:
         url = self.detail(handle).get("TrainingJobUrl")

@@ -83,8 +83,7 @@ class JobStep:
             run_id = self.create_run(tracker)
         else:  # a launcher that is gone followed it: follow it on, metrics logged once
             run_id = tracked.run_id
-            names = [definition.name for definition in spec.metric_definitions]
-            logged = tracker.logged_steps(run_id, names)
+            logged = tracker.logged_steps(run_id)
         backend.label(handle, {"paiexp-run": run_id})
         tracker.set_tags(run_id, {"paiexp.job_id": handle.id, "paiexp.status": "SUBMITTED"})
         result = follow(

@@ -85,7 +85,7 @@ class StepPreparer:
         backend = create_backend(config.backend, self.base_dir)
         backend.validate(spec)
         job = PreparedJob(config, data, spec, backend, self.base_dir, self.overrides)
-        metrics = [d.name for d in spec.metric_definitions]
+        metrics = spec.metric_names
         written = [str(n) for n in config.job.output_parameters]
         hyperparameters = data["job"]["hyperparameters"]
         channels = spec.output_channels

@@ -33,7 +33,7 @@ def job_shape(
     hyperparameters: Mapping[str, Any],
     output_uri: str,
 ) -> Shape:
-    """``metrics``: the job's metric definitions; ``output_parameters``: the names it says
+    """``metrics``: the metrics the job declares; ``output_parameters``: the names it says
     it writes to ``output_parameters/`` (metrics too, once it ran)."""
     written = dict.fromkeys(output_parameters, 0.0)
     return {
@@ -108,5 +108,5 @@ def check_reference(reference: Reference, shape: Shape, key: str) -> None:
 def _hint(where: str) -> str:
     """Where a job step's metrics and output parameters come from."""
     if where.endswith((".metrics", ".output_parameters")):
-        return " (its job's metric_definitions and output_parameters)"
+        return " (its job's metric_definitions, tensorboard.metrics and output_parameters)"
     return ""

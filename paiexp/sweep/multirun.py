@@ -106,12 +106,17 @@ def apply_grid(cfg: DictConfig, grid: Grid) -> None:
 
 def _first_metric(cfg: DictConfig) -> str:
     definitions: Any = OmegaConf.select(cfg, "job.metric_definitions") or []
-    if not definitions:
-        raise UserError(
-            "sweep.objective: -m ranks its trials by a metric, and job.metric_definitions "
-            "has none; add one, or set sweep.objective={metric: NAME, direction: maximize}"
-        )
-    return str(definitions[0].name)
+    if definitions:
+        return str(definitions[0].name)
+    scalars: Any = OmegaConf.select(cfg, "job.tensorboard.metrics") or []
+    if scalars:
+        first = scalars[0]
+        return str(first if isinstance(first, str) else first.name)
+    raise UserError(
+        "sweep.objective: -m ranks its trials by a metric, and the job declares none "
+        "(job.metric_definitions, job.tensorboard.metrics); add one, or set "
+        "sweep.objective={metric: NAME, direction: maximize}"
+    )
 
 
 def _scalar(text: str, value: Any) -> Scalar:

@@ -64,8 +64,8 @@ def prepare_sweep(
     trials = TrialBuilder(cfg, space, base_dir)
     probe = trials.spec(space.first_point(), "validate")
     backend.validate(probe)
-    objectives = parse_objectives(sweep.objective, probe.metric_definitions)
-    pruning = check_sweep_settings(sweep, objectives, probe.metric_definitions)
+    objectives = parse_objectives(sweep.objective, probe.metric_names)
+    pruning = check_sweep_settings(sweep, objectives, probe.metric_names)
     prices, budget = check_budget(sweep, probe, space, config.backend)
     if sweep.register is not None and len(objectives) > 1:
         raise UserError(

@@ -313,13 +313,16 @@ def objective_values(
     values = []
     for objective in objectives:
         value = result.metrics.get(objective.metric)
-        if value is None:
+        if value is None and objective.metric in regexes:
             last = last_line(result.log_tail)
             return [], (
                 f"objective metric {objective.metric!r} never matched regex "
-                f"{regexes.get(objective.metric)!r}; "
+                f"{regexes[objective.metric]!r}; "
                 + (f"the log's last line: {last!r}" if last else "the log is empty")
             )
+        if value is None:
+            why = result.unreported.get(objective.metric, "it was never reported")
+            return [], f"objective metric {objective.metric!r}: {why}"
         if math.isnan(value):
             return [], f"objective metric {objective.metric!r} is NaN"
         values.append(value)

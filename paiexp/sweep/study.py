@@ -8,14 +8,13 @@ sweep rebuilds them from the same config.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from paiexp.diskfull import disk_full
 from paiexp.errors import UserError
-from paiexp.metrics import MetricDefinition
 from paiexp.redact import redact_url, redact_urls
 from paiexp.seconds import check_seconds
 from paiexp.spec import creatable_path
@@ -60,13 +59,14 @@ class PruningSignal:
     sign: float
 
 
-def parse_objectives(value: Any, definitions: tuple[MetricDefinition, ...]) -> list[Objective]:
+def parse_objectives(value: Any, declared: Sequence[str]) -> list[Objective]:
+    """``sweep.objective`` checked; ``declared``: the metrics the job declares."""
     from paiexp.config import Direction  # with OmegaConf: not for the tracking process
 
     items = value if isinstance(value, list | tuple) else [value]
     if not items:
         raise UserError("sweep.objective: give {metric, direction} or a list of them")
-    known = {d.name for d in definitions}
+    known = set(declared)
     objectives = []
     for index, item in enumerate(items):
         key = "sweep.objective" if len(items) == 1 else f"sweep.objective[{index}]"
@@ -79,15 +79,16 @@ def parse_objectives(value: Any, definitions: tuple[MetricDefinition, ...]) -> l
             )
         if metric not in known:
             raise UserError(
-                f"{key}.metric: {metric!r} is not a metric the job defines; "
-                f"job.metric_definitions has: {', '.join(sorted(known)) or 'none'}"
+                f"{key}.metric: {metric!r} is not a metric the job declares; "
+                f"job.metric_definitions and job.tensorboard.metrics have: "
+                f"{', '.join(sorted(known)) or 'none'}"
             )
         objectives.append(Objective(str(metric), str(direction)))
     return objectives
 
 
 def check_sweep_settings(
-    sweep: Any, objectives: list[Objective], definitions: tuple[MetricDefinition, ...]
+    sweep: Any, objectives: list[Objective], declared: Sequence[str]
 ) -> PruningSignal | None:
     """Validate the sweep's scalar settings; returns the pruning signal, if pruning."""
     if sweep.n_trials < 1:
@@ -118,8 +119,12 @@ def check_sweep_settings(
             "sweep.pruner.name: Optuna cannot prune multi-objective studies; use pruner none"
         )
     metric = pruner.metric or objectives[0].metric
-    if metric not in {d.name for d in definitions}:
-        raise UserError(f"sweep.pruner.metric: {metric!r} is not a metric the job defines")
+    if metric not in declared:
+        raise UserError(
+            f"sweep.pruner.metric: {metric!r} is not a metric the job declares; "
+            f"job.metric_definitions and job.tensorboard.metrics have: "
+            f"{', '.join(sorted(declared)) or 'none'}"
+        )
     direction = pruner.direction or objectives[0].direction
     # Optuna's pruners read reported values in the study's direction.
     return PruningSignal(metric, 1.0 if direction == objectives[0].direction else -1.0)

@@ -21,7 +21,9 @@ phase), then to ``Terminated``.
 
 An output channel's ``OutputUri`` is mounted on PAI: what is there already (an earlier job's
 checkpoints, which the SDK's ``checkpoints_path`` names) is in ``ml/output/<channel>`` when the
-command starts. :meth:`PaiServer.reclaim` takes a running spot job's instances back as PAI
+command starts, and what the command writes there reaches OSS as it runs (the mount writes a
+changed file through every ``MOUNT_SYNC_SECONDS``; a TensorBoard on the channel sees it grow).
+:meth:`PaiServer.reclaim` takes a running spot job's instances back as PAI
 does: its command is killed and the job ends ``Failed`` with ``RECLAIM_CODE`` (PAI's docs:
 "After preemptible resources are released, DLC jobs fail and stop running"; no status of its
 own, and the TrainingJob API documents no reason code for it: the code is the emulator's
@@ -112,6 +114,7 @@ ROA_SCHEME = "acs"  # Authorization: acs <AccessKeyId>:<base64 HMAC-SHA1>
 ROA_METHOD = "HMAC-SHA1"
 CLOCK_SKEW_SECONDS = 15 * 60
 KILL_GRACE_SECONDS = 1.0
+MOUNT_SYNC_SECONDS = 0.5  # how often a mounted output channel writes changed files through
 RECLAIM_CODE = "SpotInstanceReleased"
 RECLAIM_MESSAGE = (
     "The preemptible (spot) instances of the job were released (reclaimed by the market "
@@ -1030,6 +1033,9 @@ class PaiServer:
         if timer:
             timer.daemon = True
             timer.start()
+        done = threading.Event()
+        mount = threading.Thread(target=self._write_through, args=(job, done), daemon=True)
+        mount.start()
         try:
             if self.engine and _instance_count(job.request) > 1:
                 return self._execute_instances(job, self.engine)
@@ -1037,8 +1043,29 @@ class PaiServer:
                 return self._execute_in_container(job, self.engine)
             return self._execute_on_host(job)
         finally:
+            done.set()
+            mount.join()
             if timer:
                 timer.cancel()
+
+    def _write_through(self, job: _Job, done: threading.Event) -> None:
+        """The output channels' mounts: every file that changed since the last pass is put
+        to its channel's ``OutputUri``, until the command has ended (``_finish`` puts all)."""
+        seen: dict[Path, tuple[int, int]] = {}
+        while not done.wait(MOUNT_SYNC_SECONDS):
+            for channel in job.request.get("OutputChannels") or []:
+                source = job.ml / "output" / channel["Name"]
+                bucket, prefix = split_uri(channel["OutputUri"])
+                prefix = prefix if not prefix or prefix.endswith("/") else prefix + "/"
+                for path in sorted(p for p in source.rglob("*") if p.is_file()):
+                    try:
+                        stat = path.stat()
+                        if seen.get(path) != (stat.st_size, stat.st_mtime_ns):
+                            key = prefix + path.relative_to(source).as_posix()
+                            self.store.put(bucket, key, path.read_bytes())
+                            seen[path] = (stat.st_size, stat.st_mtime_ns)
+                    except FileNotFoundError:
+                        continue  # removed by the command meanwhile
 
     @staticmethod
     def _write_entry(job: _Job) -> Path:

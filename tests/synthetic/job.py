@@ -3,7 +3,9 @@
 Hyperparameters (PAI_HPS): x (the objective is x**2), duration (seconds, spread over
 `steps` per-step lines `loss=...`), fail ("true" -> exit 3), nan ("true" -> prints nan),
 silent ("true" -> never prints the objective), model ("true" -> writes a model file to
-the model channel). Every execution appends its hyperparameters
+the model channel), tensorboard ("true" -> prints nothing: writes each step's loss as scalar
+`loss` and accuracy as `accuracy` to $PAI_OUTPUT_TENSORBOARD/train, and the score as `score`
+to the channel itself, with tensorboardX). Every execution appends its hyperparameters
 (PAI_HPS, one line) to the file named by $LEDGER, so tests can count executions and tell
 whose they were (every job's working directory is /ml/usercode, as on PAI). With $GATE
 set, a job ends only once the file it names exists (a test holds jobs running that way). With
@@ -27,9 +29,22 @@ if ledger:
     with open(ledger, "a") as stream:
         stream.write(os.environ["PAI_HPS"] + "\n")
 
+scalars = None
+if hps.get("tensorboard") == "true":
+    from tensorboardX import SummaryWriter
+
+    channel = os.environ["PAI_OUTPUT_TENSORBOARD"]
+    scalars = SummaryWriter(os.path.join(channel, "train"), flush_secs=1)
+
 for step in range(steps):
     time.sleep(duration / steps)
-    print(f"loss={x * x + 1.0 / (step + 1):.6f}", flush=True)
+    loss = x * x + 1.0 / (step + 1)
+    if scalars is None:
+        print(f"loss={loss:.6f}", flush=True)
+    else:
+        scalars.add_scalar("loss", loss, step)
+        scalars.add_scalar("accuracy", 1.0 - loss / 10, step)
+        scalars.flush()
 
 gate = os.environ.get("GATE")
 while gate and not os.path.exists(gate):
@@ -49,5 +64,10 @@ if hps.get("fail") == "true":
 if hps.get("model") == "true":
     with open(os.path.join(os.environ["PAI_OUTPUT_MODEL"], "model.txt"), "w") as stream:
         stream.write(f"x={x}\n")
-if hps.get("silent") != "true":
+if scalars is not None:
+    scalars.close()
+    if hps.get("silent") != "true":
+        with SummaryWriter(os.environ["PAI_OUTPUT_TENSORBOARD"]) as final:
+            final.add_scalar("score", float("nan") if hps.get("nan") == "true" else x * x, 0)
+elif hps.get("silent") != "true":
     print(f"score={'nan' if hps.get('nan') == 'true' else repr(x * x)}", flush=True)
