@@ -123,6 +123,11 @@ CASES = {
         "sweep.sampler.name=nope",
         mentions=("sweep.sampler.name", "'nope'", "tpe", "random"),
     ),
+    "sampler-rejects-its-seed": case(
+        "+sweep=xgb",
+        "sweep.sampler.seed=-1",
+        mentions=("sweep.sampler.options", "TPESampler", "-1"),
+    ),
     "unknown-pruner": case(
         "+sweep=xgb",
         "sweep.pruner.name=nope",

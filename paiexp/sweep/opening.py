@@ -70,6 +70,8 @@ def open_study(
         # long before another, which counts silences anew after the outage, takes it for gone
         wait = heartbeat_interval(sweep.heartbeat_grace)
         outage = storage_outage(prepared.storage, limit, notify, longest_wait=wait)
+    # built first: options they refuse are a UserError before the study's storage exists
+    sampler, pruner = create_sampler(sweep.sampler), create_pruner(sweep.pruner)
     storage = create_storage(prepared.storage, outage)
     try:
         try:
@@ -82,8 +84,8 @@ def open_study(
         study = optuna.load_study(
             study_name=prepared.study_name,
             storage=storage,
-            sampler=create_sampler(sweep.sampler),
-            pruner=create_pruner(sweep.pruner),
+            sampler=sampler,
+            pruner=pruner,
         )
     except ValueError as exc:
         raise UserError(
