@@ -82,10 +82,11 @@ def new_external_model(
 
 
 def link_final_metrics(metrics: list[Any], model_id: str, run_id: str) -> list[Any] | None:
-    """``metrics``, every point of a run that held none, with each name's last point linked to
-    the model: the point MLflow keeps as the run's metric (the greatest step, then timestamp,
-    then value), as :func:`log_external_model` links them.  None if a value is not finite
-    (MLflow stores those changed, so which is last is its to say)."""
+    """``metrics``, a run's points (it may hold earlier ones, or equal ones, which MLflow
+    keeps once), with each name's last point linked to the model: the point MLflow keeps as
+    the run's metric (the greatest step, then timestamp, then value), as
+    :func:`log_external_model` links them.  None if a value is not finite (MLflow stores
+    those changed, so which is last is its to say)."""
     from mlflow.entities import Metric
 
     if not all(math.isfinite(m.value) for m in metrics):

@@ -481,10 +481,11 @@ class MlflowTracker:
         time), and everything else written here is safe to repeat.
 
         ``record``: the run's record, when this tracker made the run and it holds nothing else
-        yet: its model is then made from it, and its final metrics linked to the model in the
-        same batch, without reading the run back.  ``log_record``: the record is not logged
-        yet (the job ended before its run was made): its params, files and datasets go with
-        the rest, in the same batch and upload.
+        yet but points ``unlogged`` repeats (each metric's last point logged while its job ran:
+        MLflow keeps an equal point once): its model is then made from it, and its final
+        metrics linked to the model in the same batch, without reading the run back.
+        ``log_record``: the record is not logged yet (the job ended before its run was made):
+        its params, files and datasets go with the rest, in the same batch and upload.
         """
         from mlflow.entities import Metric
 

@@ -23,6 +23,7 @@ from sweep_helpers import synthetic_project, third_trial_pruned
 from paiexp.backends import JobState
 from paiexp.compose import compose, locate_project, to_object
 from paiexp.spec import JobSpec
+from paiexp.sweep import scheduler
 from paiexp.sweep.launcher import Launcher
 from paiexp.sweep.opening import open_study
 from paiexp.sweep.prepared import PreparedSweep, SweepOutcome, prepare_sweep
@@ -35,6 +36,7 @@ from paiexp.sweep.tracking_messages import (
     FailChild,
     FinishChild,
     FinishParent,
+    LogPoints,
     StartChild,
     TrackingSetup,
 )
@@ -98,11 +100,18 @@ def prepare(tmp_path: Path, backend: FakeBackend, **sweep: Any) -> PreparedSweep
     return dataclasses.replace(prepared, backend=backend)
 
 
-def launch(prepared: PreparedSweep) -> Launch:
+class LaggingTracker(RecordingTracker):
+    """A tracker whose tracking process has made no trial's run yet."""
+
+    def send(self, call: Call) -> None:
+        self.calls.append(call)
+
+
+def launch(prepared: PreparedSweep, tracker: type[RecordingTracker] = RecordingTracker) -> Launch:
     trackers: list[RecordingTracker] = []
 
     def factory(setup: TrackingSetup) -> RecordingTracker:
-        trackers.append(RecordingTracker(setup))
+        trackers.append(tracker(setup))
         return trackers[-1]
 
     console = Console(file=io.StringIO(), width=200)
@@ -147,6 +156,40 @@ def test_a_slot_is_refilled_the_moment_a_trial_ends(tmp_path: Path) -> None:
     assert short.ended_at is not None and long.ended_at is not None
     assert third.created_at == short.ended_at  # not one step later
     assert third.created_at < long.ended_at  # no waiting for the batch
+
+
+def test_running_trials_points_go_to_their_runs_together_and_their_finish_has_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scheduler, "LOG_PULL", 0.0)  # every tick: every log read, points sent
+    backend = FakeBackend(lambda spec: scored(x_of(spec), steps=3))
+    run = launch(prepare(tmp_path, backend, n_trials=4, parallelism=2))
+    assert [state for state, _ in run.trials()] == ["COMPLETE"] * 4
+    calls = run.tracker.calls
+    sent = run.tracker.sent(LogPoints)
+    assert any(len(call.points) == 2 for call in sent)  # both trials' points in one call
+    for finish in run.tracker.sent(FinishChild):
+        job = finish.job_name
+        live = [p for call in sent for p in call.points.get(job, ())]
+        assert live, f"{job}: no point sent while it ran"
+        series = [(p.name, p.step) for p in [*live, *finish.unlogged]]
+        assert series == [("loss", 0), ("loss", 1), ("loss", 2), ("score", 0)], job
+        last = max(i for i, c in enumerate(calls) if isinstance(c, LogPoints) and job in c.points)
+        assert last < calls.index(finish)
+
+
+def test_a_trials_points_wait_for_its_run_to_be_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Until the tracking process has made a trial's run, its points stay with the launcher:
+    all of them go with its finish, which may then be joined with its start."""
+    monkeypatch.setattr(scheduler, "LOG_PULL", 0.0)
+    backend = FakeBackend(lambda spec: scored(x_of(spec), steps=3))
+    run = launch(prepare(tmp_path, backend, n_trials=2, parallelism=2), LaggingTracker)
+    assert run.tracker.sent(LogPoints) == []
+    for finish in run.tracker.sent(FinishChild):
+        series = [(p.name, p.step) for p in finish.unlogged]
+        assert series == [("loss", 0), ("loss", 1), ("loss", 2), ("score", 0)]
 
 
 # -- failures and retries ------------------------------------------------------------------

@@ -17,6 +17,7 @@ import optuna
 import pytest
 from conftest import assert_stays
 from mlflow.entities import ViewType
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.tracking._tracking_service import client as mlflow_service_client
 
@@ -42,8 +43,10 @@ from paiexp.sweep.tracking_messages import (
     Drawn,
     FinishChild,
     FinishParent,
+    LogPoints,
     NewParentRun,
     OpenParent,
+    Resumed,
     RunCreated,
     Sent,
     StartAndFinishChild,
@@ -468,6 +471,85 @@ def test_a_start_and_finish_joined_make_the_same_run_as_apart(tmp_path: Path, na
     assert run_content(client, worker.runs["one-call"], tmp_path) == apart
 
 
+def losses(steps: range, read_at: float = 1_700_000_000.0) -> tuple[MetricPoint, ...]:
+    """A trial's loss points of ``steps``, as the launcher read them at ``read_at``."""
+    return tuple(MetricPoint("loss", 1.0 / (step + 1), step, read_at + step) for step in steps)
+
+
+def loss_history(client: MlflowClient, run_id: str) -> list[tuple[int, float]]:
+    return sorted((m.step, m.value) for m in client.get_metric_history(run_id, "loss"))
+
+
+def test_points_sent_while_a_trial_runs_are_logged_once_however_often_they_come(
+    tmp_path: Path,
+) -> None:
+    """A running trial's points, sent again whole (an outage's retry: no point is skipped
+    by the launcher; a new tracking process sent the calls not done), and read again from
+    its log's start at other times (an adopting launcher), are each logged once; its finish
+    adds the rest."""
+    setup = setup_in(tmp_path)
+    worker = TrackingWorker(setup)
+    worker.apply(open_parent("sweep-1", None))
+    worker.apply(start_child("job-0", 0))
+    run_id = worker.runs["job-0"]
+    client = MlflowClient(tracking_uri=setup.tracker_uri)
+    sent = LogPoints({"job-0": losses(range(3))})
+    worker.apply(sent)
+    assert loss_history(client, run_id) == [(s, 1.0 / (s + 1)) for s in range(3)]
+    worker.apply(sent, retried=True)  # MLflow's store keeps an equal point once
+    assert loss_history(client, run_id) == [(s, 1.0 / (s + 1)) for s in range(3)]
+
+    again = TrackingWorker(setup)  # the tracking process died after logging, before Done
+    again.resume(Resumed(worker.parent_run_id, dict(worker.runs)))
+    again.apply(sent, retried=True)
+    reread = LogPoints({"job-0": losses(range(5), read_at=1_700_000_100.0)})
+    again.apply(reread)  # steps 0-2 held at other times: only 3 and 4 are new
+    assert loss_history(client, run_id) == [(s, 1.0 / (s + 1)) for s in range(5)]
+    finish = finish_child("job-0", tmp_path)
+    rest = losses(range(5, 7))
+    again.apply(dataclasses.replace(finish, unlogged=rest))
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert loss_history(client, run_id) == [(s, 1.0 / (s + 1)) for s in range(7)]
+
+
+@pytest.mark.parametrize("live", [1, 2])
+def test_a_run_given_points_while_its_job_ran_ends_as_one_given_them_at_its_end(
+    tmp_path: Path, live: int
+) -> None:
+    """Its model, made as its job ends, is linked to each metric's last point, sent before
+    (``live`` points of two) or with the finish."""
+    setup = setup_in(tmp_path)
+    worker = TrackingWorker(setup)
+    worker.apply(open_parent("sweep-1", None))
+    for job in ("at-end", "live"):
+        worker.apply(start_child(job, 7))
+    worker.apply(finish_child("at-end", tmp_path))
+    finish = finish_child("live", tmp_path)
+    worker.apply(LogPoints({"live": finish.unlogged[:live]}))
+    worker.apply(dataclasses.replace(finish, unlogged=finish.unlogged[live:]))
+
+    client = MlflowClient(tracking_uri=setup.tracker_uri)
+    at_end = run_content(client, worker.runs["at-end"], tmp_path)
+    assert ("loss", 1, "0.25", True) in at_end["model"][-1]  # type: ignore[index]
+    assert run_content(client, worker.runs["live"], tmp_path) == at_end
+
+
+def test_a_run_that_refuses_its_points_costs_the_other_trials_none_of_theirs(
+    tmp_path: Path,
+) -> None:
+    setup = setup_in(tmp_path)
+    worker = TrackingWorker(setup)
+    worker.apply(open_parent("sweep-1", None))
+    for number in range(2):
+        worker.apply(start_child(f"job-{number}", number))
+    worker.tracker.delete_run(worker.runs["job-0"])  # by hand, while its job runs
+    with pytest.raises(MlflowException, match="must be in the 'active' state"):
+        worker.apply(LogPoints({"job-0": losses(range(2)), "job-1": losses(range(2))}))
+    client = MlflowClient(tracking_uri=setup.tracker_uri)
+    assert loss_history(client, worker.runs["job-1"]) == [(0, 1.0), (1, 0.5)]
+
+
 def test_the_queue_joins_a_trials_start_with_its_waiting_finish_only() -> None:
     calls: queue.Queue[object] = queue.Queue()
     root = Path("/nonexistent")
@@ -512,6 +594,31 @@ def test_the_queue_joins_a_trials_start_with_its_waiting_finish_only() -> None:
     calls.put(finish_b)
     calls.put(Close())
     assert [queued.take(), queued.take()] == [finish_b, Close()]
+
+
+def test_a_trials_start_is_not_joined_with_its_finish_across_its_own_points() -> None:
+    """Sent again to a new tracking process, a trial's start, its points and its finish all
+    wait: its points go to its run before the finish closes it (another trial's points
+    between its start and finish do not keep them apart)."""
+    result = JobResult(JobHandle("x", "x"), JobStatus(JobState.SUCCEEDED), {}, {})
+    calls_sent = [
+        start_child("a", 0),
+        LogPoints({"b": losses(range(1))}),
+        FinishChild("a", result, (), "FINISHED", None, {}),
+        start_child("c", 2),
+        LogPoints({"c": losses(range(1))}),
+        FinishChild("c", result, (), "FINISHED", None, {}),
+    ]
+    calls: queue.Queue[object] = queue.Queue()
+    sent = [Sent(number, 1000.0 + number, call, True) for number, call in enumerate(calls_sent)]
+    for message in sent:
+        calls.put(message)
+    queued = CallQueue(calls)
+    assert [queued.take() for _ in range(len(sent) - 1)] == [
+        Sent(0, 1002.0, StartAndFinishChild(calls_sent[0], calls_sent[2]), True, joined=2),
+        *sent[1:2],
+        *sent[3:],
+    ]
 
 
 def test_a_sweeps_store_is_written_ahead_and_left_as_mlflow_leaves_it(tmp_path: Path) -> None:

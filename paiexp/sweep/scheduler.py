@@ -2,9 +2,11 @@
 
 Each tick: submit while a slot is free and the budget allows; poll all jobs in one backend
 call; read each job's new log lines; report the pruning metric's new steps and stop a job the
-pruner condemns; tell a trial the moment its job ends.  An interrupt stops submitting, then
-stops the running jobs (``on_interrupt: stop``) or leaves them running for the next launch
-(``detach``; a SIGTERM always detaches).
+pruner condemns; tell a trial the moment its job ends.  Every LOG_PULL seconds, every running
+job's log is read and the new metric points of all of them go to their runs in one call: a
+running trial's curves reach MLflow a few seconds behind its log.  An interrupt stops
+submitting, then stops the running jobs (``on_interrupt: stop``) or leaves them running for
+the next launch (``detach``; a SIGTERM always detaches).
 
 Once per heartbeat interval, and before it acts on a trial once that is due, the loop
 heartbeats (see :mod:`paiexp.sweep.ownership`) and adopts the trials of launchers that are
@@ -41,7 +43,9 @@ if TYPE_CHECKING:
     from paiexp.sweep.tracker_protocol import Tracker
 
 
-LOG_PULL = 5.0  # seconds between reads of a running job's log when no pruner needs it
+# Seconds between reads of the running jobs' logs (every tick when a pruner needs them), and
+# between sends of their new points to their runs.
+LOG_PULL = 5.0
 
 
 class Scheduler:
@@ -70,6 +74,7 @@ class Scheduler:
         self.adopter = Adopter(jobs, progress)
         self.waiting_for: set[int] = set()  # other launchers' trials awaited at the end
         self.trial_ended = threading.Event()  # set as the first of its trials ends
+        self.pulled = -math.inf  # when the running jobs' logs were last read (monotonic)
 
     @property
     def study(self) -> Study:
@@ -128,11 +133,14 @@ class Scheduler:
                 self.backend.wait(handles, self.backend.poll_interval)
                 continue
             now = time.monotonic()
+            pull_all = now - self.pulled >= LOG_PULL
+            if pull_all:
+                self.pulled = now
             for flight in [f for f in self.inflight if f.handle.id in statuses]:
                 status = statuses[flight.handle.id]
-                if not status.state.terminal and not self._pull_due(flight, now):
+                if not (status.state.terminal or pull_all or self.pruning is not None):
                     continue  # nothing to act on: no heartbeat due before it either
-                points = self._pull(flight, final=status.state.terminal)
+                points = flight.monitor.pull(final=status.state.terminal)
                 self._hold()
                 if flight not in self.inflight:
                     continue  # taken over by another launcher while this one was silent
@@ -141,19 +149,11 @@ class Scheduler:
                     self._complete(flight, status)
                 elif points:
                     self._observe(flight, points)
+            if pull_all:
+                self.jobs.log_points(self.inflight)
             self.progress.refresh()
             if self.inflight and not self._slot_free():
                 self.backend.wait([f.handle for f in self.inflight], self.backend.poll_interval)
-
-    def _pull_due(self, flight: InFlight, now: float) -> bool:
-        """Whether a running job's log is read now: every tick when a pruner reads it, else
-        at most every LOG_PULL seconds (its metrics are logged once it ends)."""
-        return self.pruning is not None or now - flight.pulled >= LOG_PULL
-
-    def _pull(self, flight: InFlight, *, final: bool) -> list[MetricPoint]:
-        """A job's new log lines (all of them at its end)."""
-        flight.pulled = time.monotonic()
-        return flight.monitor.pull(final=final)
 
     def _hold(self) -> None:
         """When due: the study's best on the parent run (other launchers' trials may have

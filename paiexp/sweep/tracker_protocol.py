@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from paiexp.sweep.tracking_messages import (
@@ -20,6 +20,7 @@ from paiexp.sweep.tracking_messages import (
     FinishChild,
     FinishedTrial,
     FinishParent,
+    LogPoints,
     NewParentRun,
     OpenParent,
     Reconcile,
@@ -123,6 +124,10 @@ class Tracker(ABC):
         tags: Mapping[str, str],
     ) -> None:
         self.send(FinishChild(job_name, result, tuple(unlogged), status, reason, dict(tags)))
+
+    def log_points(self, points: Mapping[str, Sequence[MetricPoint]]) -> None:
+        """Running trials' new points, by job name, on their runs: one call for all."""
+        self.send(LogPoints({name: tuple(series) for name, series in points.items()}))
 
     def fail_child(self, job_name: str, reason: str) -> None:
         self.send(FailChild(job_name, reason))

@@ -117,7 +117,8 @@ class StartChild:
 
 @dataclass(frozen=True)
 class FinishChild:
-    """Log what a trial's job left and close its run."""
+    """Log what a trial's job left (``unlogged``: the points no :class:`LogPoints` carried)
+    and close its run."""
 
     job_name: str
     result: JobResult
@@ -125,6 +126,14 @@ class FinishChild:
     status: str
     reason: str | None
     tags: dict[str, str]
+
+
+@dataclass(frozen=True)
+class LogPoints:
+    """Running trials' new metric points on their runs, by job name: what every trial in flight
+    printed since the last such call (only trials whose run the tracking process has made)."""
+
+    points: dict[str, tuple[MetricPoint, ...]]
 
 
 @dataclass(frozen=True)
@@ -186,6 +195,7 @@ Call = (
     | Reconcile
     | StartChild
     | FinishChild
+    | LogPoints
     | StartAndFinishChild
     | FailChild
     | UpdateBest

@@ -11,6 +11,7 @@ from typing import Any
 from paiexp.sweep.tracking_messages import (
     Close,
     FinishChild,
+    LogPoints,
     Sent,
     StartAndFinishChild,
     StartChild,
@@ -23,7 +24,9 @@ class CallQueue:
     A trial's :class:`StartChild` and its :class:`FinishChild`, both waiting, come as one
     :class:`StartAndFinishChild` where the start's place was: every call between them is of
     other trials, and none that concerns this one can come before its finish.  Only a start
-    whose run is surely new (not adopted, no other launcher in the study) is joined."""
+    whose run is surely new (not adopted, no other launcher in the study) and whose points
+    wait in no :class:`LogPoints` between the two (sent again to a new tracking process) is
+    joined."""
 
     def __init__(self, calls: Any) -> None:
         self._calls = calls
@@ -60,11 +63,13 @@ class CallQueue:
                 return
 
     def _finish_of(self, job_name: str) -> Sent | None:
+        """The trial's finish, waiting, unless points of its own come first."""
         for sent in self._waiting:
-            if (
-                isinstance(sent, Sent)
-                and isinstance(sent.call, FinishChild)
-                and sent.call.job_name == job_name
-            ):
+            if not isinstance(sent, Sent):
+                continue
+            call = sent.call
+            if isinstance(call, LogPoints) and job_name in call.points:
+                return None
+            if isinstance(call, FinishChild) and call.job_name == job_name:
                 return sent
         return None

@@ -28,7 +28,8 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, assert_never
@@ -57,6 +58,7 @@ from paiexp.sweep.tracking_messages import (
     FinishChild,
     FinishedTrial,
     FinishParent,
+    LogPoints,
     Notice,
     OpenParent,
     ParentOpened,
@@ -79,6 +81,7 @@ from paiexp.tracking import (
     TERMINAL_RUN_STATUSES,
     TRIAL_STATE_TO_RUN_STATUS,
     tracking_uri,
+    transient_tracking_error,
 )
 
 if TYPE_CHECKING:
@@ -297,6 +300,8 @@ class TrackingWorker:
         self.runs: dict[str, str] = {}  # job name -> run id
         self.inherited: set[str] = set()  # job names whose runs existed before this launcher's
         self.fresh: dict[str, RunRecord] = {}  # job name -> record, of the new runs made here
+        self.live: dict[str, dict[str, MetricPoint]] = {}  # job name -> last point logged live
+        self.held: dict[str, dict[str, set[int]]] = {}  # inherited run id -> steps it holds
         self._best_job: str | None = None
         self.registered: str | None = None  # what sweep.register did
         self._tracker: MlflowTracker | None = None
@@ -365,6 +370,8 @@ class TrackingWorker:
                 return RunCreated(call.job_name, self.start_child(call, retried=retried))
             case FinishChild():
                 self.finish_child(call, at=at, retried=retried)
+            case LogPoints():
+                self.log_points(call)
             case StartAndFinishChild(start=start, finish=finish):
                 if retried:  # part of it may be done: each half finds what is
                     run_id = self.start_child(start, retried=True)
@@ -595,7 +602,51 @@ class TrackingWorker:
         if run is None or run.status not in TERMINAL_RUN_STATUSES:
             resumed = retried or call.job_name in self.inherited
             record = self.fresh.pop(call.job_name, None)
+            live = tuple(self.live.pop(call.job_name, {}).values())
+            if record is not None and live:  # its model links each metric's last point
+                call = replace(call, unlogged=call.unlogged + live)
             self.log_finish(run_id, call, at=at, resumed=resumed, record=record)
+
+    def log_points(self, call: LogPoints) -> None:
+        """Running trials' new points on their runs, one round trip each; a run that refuses
+        them (deleted meanwhile) costs the other trials none of theirs.
+
+        Tried again whole (in an outage, or sent again to a new tracking process), a call logs
+        no point twice: each point carries the time the launcher read it, and MLflow's SQL
+        store (a tracking server's too) keeps one row per run, metric, timestamp, step and
+        value (the ``metric_pk`` key), an equal row logged again being skipped
+        (``SqlAlchemyStore._log_metrics_once``).  A run this process did not make (adopted, or
+        a dead tracking process's) may hold the same steps at other times, read before from
+        the same log: its steps held are read once and left out, as at its finish.
+        """
+        refused: list[Exception] = []
+        for job_name, points in call.points.items():
+            try:
+                self.log_trial_points(job_name, points)
+            except Exception as exc:
+                if transient_tracking_error(exc):
+                    raise  # the whole call is tried again once the store is back
+                refused.append(exc)
+        if refused:
+            raise refused[0]
+
+    def log_trial_points(self, job_name: str, points: Sequence[MetricPoint]) -> None:
+        run_id = self.runs[job_name]
+        held = self.held_steps(run_id, points) if job_name in self.inherited else None
+        if held is not None:
+            points = [p for p in points if p.step not in held[p.name]]
+        self.tracker.log_metrics(run_id, points)
+        for point in points:
+            if held is not None:
+                held[point.name].add(point.step)
+            elif job_name in self.fresh:
+                self.live.setdefault(job_name, {})[point.name] = point
+
+    def held_steps(self, run_id: str, points: Sequence[MetricPoint]) -> dict[str, set[int]]:
+        """The steps of each metric of ``points`` a run holds: read once, then kept."""
+        held = self.held.setdefault(run_id, {})
+        held.update(self.tracker.logged_steps(run_id, {p.name for p in points} - held.keys()))
+        return held
 
     def log_finish(self, run_id: str, call: FinishChild, *, at: float, **options: Any) -> None:
         """What a trial's job left, on its run (``options``: see :meth:`MlflowTracker.finish`)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -58,7 +59,6 @@ class InFlight:
     pruning: bool = False  # the pruner condemned it; its job is being stopped
     interrupted: bool = False  # the sweep was interrupted; its job is being stopped
     reported: set[int] = field(default_factory=set)  # steps reported to the pruner
-    pulled: float = 0.0  # when its log was last read (monotonic)
     submitted: float = field(default_factory=time.time)  # when submitted (or re-attached to)
 
 
@@ -214,6 +214,19 @@ class TrialJobs:
         run_ids = self.tracker.run_ids
         for name in [n for n in self.unlabelled if n in run_ids]:
             self.backend.label(self.unlabelled.pop(name), {"paiexp-run": run_ids[name]})
+
+    def log_points(self, flights: Iterable[InFlight]) -> None:
+        """The new metric points of jobs in flight, on their trials' runs, in one call.  A
+        trial whose run the tracking process has not made yet keeps its points for a later
+        call, or its finish: a start still queued can still be joined with its finish."""
+        run_ids = self.tracker.run_ids
+        points = {
+            flight.spec.name: flight.monitor.take_unlogged()
+            for flight in flights
+            if flight.monitor.unlogged and flight.spec.name in run_ids
+        }
+        if points:
+            self.tracker.log_points(points)
 
     def tell(
         self,

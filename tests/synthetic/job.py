@@ -10,7 +10,8 @@ to the channel itself, with tensorboardX). Every execution appends its hyperpara
 whose they were (every job's working directory is /ml/usercode, as on PAI). With $GATE
 set, a job ends only once the file it names exists (a test holds jobs running that way). With
 $GATES set (a directory), each job is held on its own: it makes ID.held there (holding its
-pid) and ends only once the test makes ID.open.
+pid) and ends only once the test makes ID.open; with hold_every=K, it is also held so after
+every K-th loss line but the last (a new ID each time), its lines printed in stages.
 """
 
 import json
@@ -23,6 +24,21 @@ hps = json.loads(os.environ["PAI_HPS"])
 x = float(hps.get("x", 0))
 duration = float(hps.get("duration", 0.5))
 steps = int(hps.get("steps", 5))
+hold_every = int(hps.get("hold_every", 0))
+gates = os.environ.get("GATES")
+
+
+def hold() -> None:
+    """Wait at a gate of its own in $GATES until the test opens it."""
+    if not gates:
+        return
+    held = os.path.join(gates, uuid.uuid4().hex)
+    with open(held + ".tmp", "w") as stream:  # its pid, whole once it is held
+        stream.write(str(os.getpid()))
+    os.replace(held + ".tmp", held + ".held")
+    while not os.path.exists(held + ".open"):
+        time.sleep(0.05)
+
 
 ledger = os.environ.get("LEDGER")
 if ledger:
@@ -45,18 +61,13 @@ for step in range(steps):
         scalars.add_scalar("loss", loss, step)
         scalars.add_scalar("accuracy", 1.0 - loss / 10, step)
         scalars.flush()
+    if hold_every and (step + 1) % hold_every == 0 and step + 1 < steps:
+        hold()
 
 gate = os.environ.get("GATE")
 while gate and not os.path.exists(gate):
     time.sleep(0.05)
-gates = os.environ.get("GATES")
-if gates:
-    held = os.path.join(gates, uuid.uuid4().hex)
-    with open(held + ".tmp", "w") as stream:  # its pid, whole once it is held
-        stream.write(str(os.getpid()))
-    os.replace(held + ".tmp", held + ".held")
-    while not os.path.exists(held + ".open"):
-        time.sleep(0.05)
+hold()
 
 if hps.get("fail") == "true":
     print("something went wrong", file=sys.stderr)
