@@ -2,8 +2,8 @@
 ``log_param``, ``log_metric``, ``set_tag``), and what its job's run must then hold.
 
 The script logs its params, a tag, XGBoost's autologged params, curve, datasets and model and
-three points of ``own_metric``; then, with ``$GATE`` set, it waits for that file (``held`` in
-its log); then three more points.  It trains with eta 0.3 while paiexp's hyperparameter says
+three points of ``own_metric``; then, with ``$GATE`` set, it waits for the file
+``$GATE-<max_depth>`` (``held`` in its log); then three more points.  It trains with eta 0.3 while paiexp's hyperparameter says
 0.5: autolog's ``eta`` clashes with paiexp's param (one warning line, paiexp's value kept).
 """
 
@@ -38,7 +38,7 @@ with mlflow.start_run():
         mlflow.log_metric("own_metric", depth + step / 10, step=step)
     if os.environ.get("GATE"):
         print("held", flush=True)
-        while not os.path.exists(os.environ["GATE"]):
+        while not os.path.exists(f"{os.environ['GATE']}-{depth}"):
             time.sleep(0.05)
     for step in range(3, 6):
         mlflow.log_metric("own_metric", depth + step / 10, step=step)
