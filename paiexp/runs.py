@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from paiexp import job_mlflow
 from paiexp.backends import Backend, BackendUnavailable, JobHandle, JobState, create_backend
 from paiexp.backends.base import SubmissionFailed
 from paiexp.browse import browse_lines
@@ -112,6 +113,10 @@ def submit(
     run_id = tracker.create_run(record, extra_tags=extra_tags)
     tracker.log_record(run_id, record)
     spec = dataclasses.replace(job.spec, labels={**job.spec.labels, "paiexp-run": run_id})
+    job_uri = job.config.tracker.job_uri
+    if job_uri:  # its own MLflow calls go to its run directly (see paiexp.job_mlflow)
+        direct = job_mlflow.direct(job_uri, run_id, tracker.experiment_id)
+        spec = dataclasses.replace(spec, environments={**spec.environments, **direct})
     try:
         handle = job.backend.submit(spec)
     except BaseException as exc:
