@@ -4,8 +4,8 @@ What a run holds: params (flattened hyperparameters and the job's image, instanc
 backend, command), metrics with steps, tags (job name and id, backend, status, model URI,
 console URL, code version, config hash), and artifacts (the resolved config, the spec, the
 hyperparameters and the job's log), its input channels as datasets, its model as a logged
-model.  Every MLflow client call of paiexp is made here (or by :mod:`paiexp.models` and
-:mod:`paiexp.datasets` on this tracker's client), and params and tags are cut to MLflow's
+model.  Every MLflow client call of paiexp is made here (or by :mod:`paiexp.models`,
+:mod:`paiexp.datasets` and :mod:`paiexp.store_merge` on this tracker's client), and params and tags are cut to MLflow's
 limits here.  MLflow is imported only when a tracker is
 created.
 """
