@@ -5,9 +5,8 @@ backend, command), metrics with steps, tags (job name and id, backend, status, m
 console URL, code version, config hash), and artifacts (the resolved config, the spec, the
 hyperparameters and the job's log), its input channels as datasets, its model as a logged
 model.  Every MLflow client call of paiexp is made here (or by :mod:`paiexp.models`,
-:mod:`paiexp.datasets` and :mod:`paiexp.store_merge` on this tracker's client), and params and tags are cut to MLflow's
-limits here.  MLflow is imported only when a tracker is
-created.
+:mod:`paiexp.datasets` and :mod:`paiexp.store_merge` on this tracker's client), and params
+and tags are cut to MLflow's limits here.  MLflow is imported only when a tracker is created.
 """
 
 from __future__ import annotations

@@ -249,8 +249,13 @@ class PaiBackend:
         if channel == CHECKPOINTS and spec.checkpoints:  # the SDK's checkpoints_path
             return str(OssUri.parse(spec.checkpoints).as_dir())
         given = spec.outputs.get(channel)
-        base = OssUri.parse(given) if given else self.oss_base.join("training_job")
-        return str(base.join(spec.name, "" if given else channel).as_dir())
+        if given:
+            return str(OssUri.parse(given).join(spec.name, "").as_dir())
+        return str(self._default_output(spec.name, channel))
+
+    def _default_output(self, name: str, channel: str) -> OssUri:
+        """Where a job's output channel goes on OSS unless ``job.outputs`` says otherwise."""
+        return self.oss_base.join("training_job").join(name, channel).as_dir()
 
     # -- status ----------------------------------------------------------------------------
 
@@ -382,7 +387,10 @@ class PaiBackend:
         """A copy in ``scratch`` of the store the job made in its channel on OSS."""
         if scratch is None:
             return None
-        channel = self._channel(handle, contract.MLFLOW_STORE)
+        if handle.id in self._seen:
+            channel = self._channel(handle, contract.MLFLOW_STORE)
+        else:  # where this backend puts it (another process's job: spares a GetTrainingJob)
+            channel = str(self._default_output(handle.name, contract.MLFLOW_STORE))
         if channel is None or not self.oss.download(OssUri.parse(channel).as_dir(), scratch):
             return None
         store = scratch / contract.JobLayout().mlflow_store.name
