@@ -3,8 +3,9 @@
 
 The script logs its params, a tag, XGBoost's autologged params, curve, datasets and model and
 three points of ``own_metric``; then, with ``$GATE`` set, it waits for the file
-``$GATE-<max_depth>`` (``held`` in its log); then three more points.  It trains with eta 0.3 while paiexp's hyperparameter says
-0.5: autolog's ``eta`` clashes with paiexp's param (one warning line, paiexp's value kept).
+``$GATE-<max_depth>`` (``held`` in its log); then three more points.  It trains with eta 0.3
+while paiexp's hyperparameter says 0.5: autolog's ``eta`` clashes with paiexp's param (one
+warning line, paiexp's value kept).
 """
 
 from __future__ import annotations
