@@ -82,3 +82,23 @@ def test_a_sweeps_trials_own_mlflow_calls_land_in_their_runs(project: Path, plac
     assert "own_param" not in parent.data.params
     assert not client.get_metric_history(parent.info.run_id, "own_metric")
     no_stray_store(working_dirs(project, place))
+
+
+def test_the_launchers_own_mlflow_variables_never_reach_a_job(project: Path) -> None:
+    """The launcher's MLFLOW_RUN_ID and MLFLOW_EXPERIMENT_NAME (a launcher started inside an
+    MLflow run, say) would send the job's calls elsewhere, or fail its start_run; its
+    MLFLOW_TRACKING_URI is paiexp's own tracker, not the job's."""
+    write_project(project)
+    env = clean_env(
+        MLFLOW_TRACKING_URI=f"sqlite:///{project / 'mlflow.db'}",
+        MLFLOW_RUN_ID="0123456789abcdef0123456789abcdef",
+        MLFLOW_EXPERIMENT_NAME="stray",
+    )
+    result = run_paiexp(project, f"job={JOB}", "-q", env=env)
+    assert result.returncode == 0, result.stderr
+    client = mlflow_client(project)
+    (run,) = all_runs(project)
+    check_run(client, run, depth=3)
+    assert client.get_experiment_by_name("stray") is None
+    store = project.glob(".paiexp/jobs/*/ml/output/paiexp_mlflow/mlruns/*/meta.yaml")
+    assert [path.parent.name for path in store] == ["0"]  # the job's own default experiment
