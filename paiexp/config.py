@@ -165,6 +165,10 @@ class TrackerConfig:
     # queue in order meanwhile, trials go on); then it stops submitting, and the next launch
     # writes what is missing.
     outage_timeout: float = 600.0
+    # The tracking server of ``uri`` as jobs reach it (http(s)); set, a single run's job writes
+    # its own MLflow calls into its run there itself.  Null: they go to a store in its outputs,
+    # merged into its run (paiexp.job_mlflow).
+    job_uri: str | None = None
 
 
 @dataclass

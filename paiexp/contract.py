@@ -18,6 +18,9 @@ from typing import Any
 ML_ROOT = PurePosixPath("/ml")
 OUTPUT_CHANNELS = ("model", "checkpoints", "tensorboard")
 OUTPUT_PARAMETERS_CHANNEL = "output_parameters"
+# the job's own MLflow store (see paiexp.job_mlflow), an output paiexp reads back like the above
+MLFLOW_STORE = "paiexp_mlflow"
+RESERVED_OUTPUTS = (OUTPUT_PARAMETERS_CHANNEL, MLFLOW_STORE)
 CODE_ALIAS = "code"
 CHANNEL_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 HYPERPARAMETER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
@@ -92,6 +95,12 @@ class JobLayout:
     @property
     def output_parameters_dir(self) -> PurePath:
         return self.output_dir(OUTPUT_PARAMETERS_CHANNEL)
+
+    @property
+    def mlflow_store(self) -> PurePath:
+        """The job's own MLflow file store: made by its MLflow (as a directory MLflow finds
+        there, it would hold no default experiment), in a directory of paiexp's."""
+        return self.output_dir(MLFLOW_STORE) / "mlruns"
 
 
 def hyperparameters_json(hyperparameters: Mapping[str, str]) -> str:

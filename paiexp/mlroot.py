@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+from urllib.parse import quote, unquote
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -38,6 +39,9 @@ MNT_DETACH = 2
 # The variables that name a place in the job's tree (PAI_HPS_* and PAI_USER_ARGS do not).
 PATH_VARIABLES = ("PAI_WORKING_DIR", "PAI_CONFIG_DIR")
 PATH_VARIABLE_PREFIXES = ("PAI_INPUT_", "PAI_OUTPUT_")
+# The variables that name a place in it as a file: URI (the job's own MLflow store).
+URI_VARIABLES = ("MLFLOW_TRACKING_URI",)
+FILE_URI = "file://"
 
 
 def enter(job_dir: str) -> str | None:
@@ -150,11 +154,13 @@ def in_view(path: str, ml_dir: str, root: str = ML) -> str:
 
 
 def rebase_paths(env: MutableMapping[str, str], ml_dir: str, root: str = ML) -> None:
-    """Point the ``PAI_*`` variables that name a place under ``ml_dir`` at ``/ml`` (or another
+    """Point the variables that name a place under ``ml_dir`` at ``/ml`` (or another
     ``root``: an instance's own tree) instead."""
     for name, value in list(env.items()):
         if name in PATH_VARIABLES or name.startswith(PATH_VARIABLE_PREFIXES):
             env[name] = in_view(value, ml_dir, root)
+        elif name in URI_VARIABLES and value.startswith(FILE_URI):
+            env[name] = FILE_URI + quote(in_view(unquote(value[len(FILE_URI) :]), ml_dir, root))
 
 
 Snapshot = frozenset[tuple[str, int, int]]

@@ -138,10 +138,13 @@ def run_model(client: Any, experiment_id: str, run_id: str) -> str | None:
 
 
 def _run_model(client: Any, experiment_id: str, run_id: str) -> Any:
+    from paiexp.store_merge import JOB_MODEL_TAG
+
     found = client.search_logged_models(
         [experiment_id], filter_string=f"source_run_id = '{run_id}'", max_results=50
     )
-    return min(found, key=lambda m: (m.creation_timestamp, m.model_id), default=None)
+    own = [m for m in found if JOB_MODEL_TAG not in m.tags]  # not one its script logged
+    return min(own, key=lambda m: (m.creation_timestamp, m.model_id), default=None)
 
 
 @dataclass(frozen=True)

@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import re
 import secrets
+import tempfile
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from paiexp import job_mlflow
 from paiexp.backends import Backend, BackendUnavailable, JobHandle, JobState, create_backend
 from paiexp.backends.base import SubmissionFailed
 from paiexp.browse import browse_lines
@@ -32,7 +35,10 @@ from paiexp.terminal import say, warn
 from paiexp.tracker_uri import check_tracker
 
 if TYPE_CHECKING:
+    from paiexp.store_merge import StoreMerge
     from paiexp.tracking import MlflowTracker
+
+log = logging.getLogger(__name__)
 
 METRIC_FLUSH_SECONDS = 5.0
 FAILED_LOG_LINES = 10  # of a failed job's log, shown at its end when it was not shown as it ran
@@ -107,6 +113,10 @@ def submit(
     run_id = tracker.create_run(record, extra_tags=extra_tags)
     tracker.log_record(run_id, record)
     spec = dataclasses.replace(job.spec, labels={**job.spec.labels, "paiexp-run": run_id})
+    job_uri = job.config.tracker.job_uri
+    if job_uri:  # its own MLflow calls go to its run directly (see paiexp.job_mlflow)
+        direct = job_mlflow.direct(job_uri, run_id, tracker.experiment_id)
+        spec = dataclasses.replace(spec, environments={**spec.environments, **direct})
     try:
         handle = job.backend.submit(spec)
     except BaseException as exc:
@@ -144,6 +154,7 @@ def follow(
     followed_since = time.time()
     log_path = job_log(base_dir, spec.name)
     monitor = JobMonitor(backend, handle, spec, log_path, echo=echo, logged=logged)
+    own = OwnStore(backend, handle, tracker, run_id, resumed=logged is not None)
     stopping = False
     last_flush = time.monotonic()
     while True:
@@ -154,6 +165,7 @@ def follow(
                 break
             if time.monotonic() - last_flush > METRIC_FLUSH_SECONDS:
                 tracker.log_metrics(run_id, monitor.take_unlogged())
+                own.merge_live()
                 last_flush = time.monotonic()
             backend.wait([handle], backend.poll_interval)
         except BackendUnavailable as exc:  # the job runs on regardless: ask again later
@@ -176,8 +188,45 @@ def follow(
     )
     if status.state is JobState.SUCCEEDED:
         result.warnings.extend(unmatched_metrics(spec.metric_definitions, result.metrics, log_path))
-    tracker.finish(run_id, result, unlogged=monitor.take_unlogged(), resumed=logged is not None)
+    result.warnings.extend(own.warnings)
+    with tempfile.TemporaryDirectory(prefix="paiexp-mlflow-") as scratch:
+        tracker.finish(
+            run_id,
+            result,
+            unlogged=monitor.take_unlogged(),
+            resumed=logged is not None,
+            own_store=backend.own_mlflow_store(handle, Path(scratch)),
+            merge=own.merge,
+        )
     return result
+
+
+class OwnStore:
+    """What a followed job logs with MLflow itself, merged into its run as it runs where its
+    store is on this machine (see :mod:`paiexp.store_merge`); the rest when it ends."""
+
+    def __init__(
+        self, backend: Backend, handle: JobHandle, tracker: Any, run_id: str, *, resumed: bool
+    ) -> None:
+        self.backend, self.handle, self.tracker, self.run_id = backend, handle, tracker, run_id
+        self.resumed = resumed
+        self.merge: StoreMerge | None = None  # made once the job's store appears
+        self.warnings: list[str] = []  # what its merges said so far
+
+    def merge_live(self) -> None:
+        """Merge what the store holds so far, if it is here; a pass that fails (a file the job
+        is writing, the tracker away) leaves the rest to a merge that reads the run again."""
+        store = self.backend.own_mlflow_store(self.handle, None)
+        if store is None:
+            return
+        if self.merge is None:
+            name, resumed = self.handle.name, self.resumed
+            self.merge = self.tracker.store_merge(self.run_id, name, resumed=resumed)
+        try:
+            self.warnings += self.merge.merge(store)
+        except Exception as exc:
+            log.debug("merging %s's own MLflow store failed; tried again later: %s", store, exc)
+            self.merge, self.resumed = None, True
 
 
 def attach(

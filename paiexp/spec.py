@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from paiexp import contract
+from paiexp import contract, job_mlflow
 from paiexp.confine import one_segment
 from paiexp.errors import UserError
 from paiexp.metrics import METRIC_NAME, MetricDefinition, definition_error
@@ -66,9 +66,9 @@ class JobSpec:
 
     @property
     def output_dirs(self) -> list[str]:
-        """Every directory the job finds under ``/ml/output``: its output channels and
-        ``output_parameters`` (one file per number it reports)."""
-        return [*self.output_channels, contract.OUTPUT_PARAMETERS_CHANNEL]
+        """Every directory the job finds under ``/ml/output``: its output channels,
+        ``output_parameters`` (one file per number it reports) and its own MLflow store."""
+        return [*self.output_channels, *contract.RESERVED_OUTPUTS]
 
     def to_dict(self, *, redact: bool = False) -> dict[str, Any]:
         """Plain data; ``redact`` replaces secret-looking environment values by references."""
@@ -223,8 +223,9 @@ def _outputs(outputs: Mapping[str, str | None], base_dir: Path) -> dict[str, str
     resolved: dict[str, str | None] = {}
     for channel, uri in outputs.items():
         _check_channel("job.outputs", channel)
-        if channel == contract.OUTPUT_PARAMETERS_CHANNEL:
-            _fail("job.outputs", channel, "a channel other than the reserved 'output_parameters'")
+        if channel in contract.RESERVED_OUTPUTS:
+            reserved = ", ".join(contract.RESERVED_OUTPUTS)
+            _fail("job.outputs", channel, f"a channel other than paiexp's own ({reserved})")
         if uri is None or uri.startswith("oss://"):
             if uri is not None and not OSS_URI.match(uri):
                 _fail(f"job.outputs.{channel}", uri, "oss://BUCKET/path with a valid bucket name")
@@ -252,6 +253,8 @@ def _environments(environments: Mapping[str, str]) -> dict[str, str]:
             _fail("job.environments", name, "an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
         if name.startswith("PAI_"):
             _fail("job.environments", name, "a name not starting with PAI_ (the contract's own)")
+        if name in job_mlflow.ROUTING:
+            _fail("job.environments", name, "a name other than those paiexp gives a job's MLflow")
     return {name: str(value) for name, value in environments.items()}
 
 

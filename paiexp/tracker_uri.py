@@ -59,6 +59,37 @@ def check_tracker(tracker: TrackerConfig) -> None:
             f"experiment name of 1 to {MAX_EXPERIMENT_NAME} characters"
         )
     check_seconds("tracker.outage_timeout", tracker.outage_timeout)
+    check_job_uri(tracker.job_uri, tracker.uri)
+
+
+def check_job_uri(job_uri: str | None, configured: str | None) -> None:
+    """``tracker.job_uri``: an http(s) URI of a server, without a password (jobs get the
+    launcher's ``MLFLOW_TRACKING_*`` credentials in their environment), for a tracker that is
+    a server (``configured``: ``tracker.uri``)."""
+    if job_uri is None:
+        return
+    try:
+        parts = urlsplit(job_uri)
+        valid = parts.scheme.lower() in SERVERS and bool(parts.hostname) and parts.port != 0
+    except ValueError:
+        valid = False
+    if not valid:
+        raise UserError(
+            f"tracker.job_uri: invalid value {redact_urls(job_uri)!r}; expected null or "
+            "http(s)://HOST[:PORT], the tracking server as the jobs reach it"
+        )
+    if parts.password:
+        raise UserError(
+            f"tracker.job_uri: {redact_urls(job_uri)!r} holds a password; expected the URI "
+            "alone (jobs get MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD from the "
+            "launcher's environment)"
+        )
+    uri = tracking_uri(configured)
+    if uri_scheme(uri) not in SERVERS:
+        raise UserError(
+            f"tracker.job_uri: jobs write to a tracking server only, and tracker.uri is "
+            f"{redact_urls(uri)!r}; expected null, or tracker.uri set to that server"
+        )
 
 
 def check_tracking_uri(configured: str | None) -> None:

@@ -4,10 +4,9 @@ What a run holds: params (flattened hyperparameters and the job's image, instanc
 backend, command), metrics with steps, tags (job name and id, backend, status, model URI,
 console URL, code version, config hash), and artifacts (the resolved config, the spec, the
 hyperparameters and the job's log), its input channels as datasets, its model as a logged
-model.  Every MLflow client call of paiexp is made here (or by :mod:`paiexp.models` and
-:mod:`paiexp.datasets` on this tracker's client), and params and tags are cut to MLflow's
-limits here.  MLflow is imported only when a tracker is
-created.
+model.  Every MLflow client call of paiexp is made here (or by :mod:`paiexp.models`,
+:mod:`paiexp.datasets` and :mod:`paiexp.store_merge` on this tracker's client), and params
+and tags are cut to MLflow's limits here.  MLflow is imported only when a tracker is created.
 """
 
 from __future__ import annotations
@@ -47,6 +46,7 @@ from paiexp.tracker_uri import (
 if TYPE_CHECKING:
     from paiexp.models import Candidate, Registered
     from paiexp.monitor import JobResult
+    from paiexp.store_merge import StoreMerge
 
 TAG_PREFIX = "paiexp."
 JOB_NAME_TAG = "paiexp.job_name"
@@ -470,8 +470,11 @@ class MlflowTracker:
         resumed: bool = False,
         record: RunRecord | None = None,
         log_record: bool = False,
+        own_store: Path | None = None,
+        merge: StoreMerge | None = None,
     ) -> None:
-        """Log what a finished job left (metrics, outputs, log) and close the run.
+        """Log what a finished job left (metrics, outputs, log, what it logged with MLflow
+        itself) and close the run.
 
         ``status`` and ``reason`` override what the job's own state implies (a sweep fails a
         trial whose job succeeded but never printed the objective).  ``logged_at`` (epoch
@@ -486,6 +489,9 @@ class MlflowTracker:
         metrics linked to the model in the same batch, without reading the run back.
         ``log_record``: the record is not logged yet (the job ended before its run was made):
         its params, files and datasets go with the rest, in the same batch and upload.
+        ``own_store``: the store the job's own MLflow calls made
+        (:meth:`Backend.own_mlflow_store`), merged into the run by ``merge`` (one that merged
+        part of it as the job ran), else by a new one.
         """
         from mlflow.entities import Metric
 
@@ -542,11 +548,41 @@ class MlflowTracker:
         if record is not None and log_record:
             self.log_datasets(run_id, record)
         self.log_instance_logs(run_id, result)
+        if own_store is not None:  # after paiexp's own params: the job's never replace them
+            merge = merge or self.store_merge(run_id, result.handle.name, resumed=resumed)
+            self._merge_store(run_id, result, own_store, merge)
         if model is not None:
             complete_external_model(self._client, model, run_id)
         elif model_uri:
             self.log_model(run_id, model_uri)
         self.terminate(run_id, status)
+
+    def store_merge(self, run_id: str, job_name: str, *, resumed: bool) -> StoreMerge:
+        """Merges of job ``job_name``'s own MLflow store into its run (see
+        :mod:`paiexp.store_merge`); ``resumed``: the run may hold part of it already."""
+        from paiexp.store_merge import StoreMerge
+
+        protected = (
+            CONFIG_ARTIFACT,
+            SPEC_ARTIFACT,
+            HYPERPARAMETERS_ARTIFACT,
+            f"logs/{job_name}.log",
+            f"logs/{job_name}/",
+        )
+        return StoreMerge(self._client, run_id, job_name, resumed=resumed, protected=protected)
+
+    def _merge_store(self, run_id: str, result: JobResult, store: Path, merge: StoreMerge) -> None:
+        """The job's own store merged into its run; its warnings are the run's too.  A store
+        MLflow cannot read is one warning, the run closed all the same."""
+        from paiexp.store_merge import Unreadable
+
+        try:
+            said = merge.merge(store)
+        except Unreadable as exc:
+            said = [f"job {result.handle.name}: its own MLflow store {store} is unreadable ({exc})"]
+        if said:
+            result.warnings.extend(said)
+            self.set_tags(run_id, {"paiexp.warning": "\n".join(result.warnings)})
 
     def _new_model(self, run_id: str, record: RunRecord, model_uri: str) -> Any:
         """A new logged model of a run this tracker made, from the run's record."""

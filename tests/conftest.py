@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from image_tags import docker_image_tag, torch_image_tag
+from image_tags import docker_image_tag, mlflow_image_tag, torch_image_tag
 
 pytest_plugins = ["cli_backends"]  # the cli_backend fixture: one scenario on every backend
 
@@ -97,6 +97,21 @@ def torch_image(docker_image: str) -> str:
         docker.from_env().images.get(tag)
     except docker.errors.ImageNotFound:
         pytest.fail(f"the torch test image {tag} is missing: run bash tests/images/build-torch.sh")
+    return tag
+
+
+@pytest.fixture(scope="session")
+def mlflow_image(docker_image: str) -> str:
+    """The mlflow variant of the test image (mlflow-skinny and scikit-learn, for scripts that
+    make their own MLflow calls in containers): fails, never skips, without it."""
+    import docker
+
+    tag = mlflow_image_tag()
+    try:
+        docker.from_env().images.get(tag)
+    except docker.errors.ImageNotFound:
+        build = "bash tests/images/build-mlflow.sh"
+        pytest.fail(f"the mlflow test image {tag} is missing: run {build}")
     return tag
 
 

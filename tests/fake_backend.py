@@ -135,6 +135,9 @@ class FakeBackend:
     def output_is_empty(self, handle: JobHandle, channel: str) -> bool:
         return True  # a fake job writes no files
 
+    def own_mlflow_store(self, handle: JobHandle, scratch: Path | None) -> Path | None:
+        return None
+
     def service_metrics(self, handle: JobHandle) -> dict[str, float]:
         return {}
 

@@ -24,3 +24,8 @@ def docker_image_tag() -> str:
 def torch_image_tag() -> str:
     """The tag build-torch.sh gives its image."""
     return image_tag("paiexp-test/bookworm-torch", "build.sh", "import.sh", "build-torch.sh")
+
+
+def mlflow_image_tag() -> str:
+    """The tag build-mlflow.sh gives its image."""
+    return image_tag("paiexp-test/bookworm-mlflow", "build.sh", "import.sh", "build-mlflow.sh")

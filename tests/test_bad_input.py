@@ -257,6 +257,28 @@ CASES = {
     "tracker-uri-databricks-without-credentials": case(
         "tracker.uri=databricks", mentions=("tracker.uri", "Databricks credentials")
     ),
+    "tracker-job-uri-not-a-server": case(
+        "tracker.job_uri=sqlite:///mlflow.db",
+        mentions=("tracker.job_uri", "sqlite:///mlflow.db", "http(s)://HOST[:PORT]"),
+    ),
+    "tracker-job-uri-with-a-password": case(
+        "tracker.job_uri=http://me:hunter2@mlflow.internal:5000",
+        mentions=("tracker.job_uri", "me:<redacted>@mlflow.internal", "password"),
+    ),
+    "tracker-job-uri-without-a-server": case(
+        "tracker.job_uri=http://mlflow.internal:5000",
+        mentions=("tracker.job_uri", "tracking server", "tracker.uri", "mlflow.db"),
+    ),
+    "job-environment-mlflow-run-id": case(
+        "+job.environments.MLFLOW_RUN_ID=abc", mentions=("job.environments", "MLFLOW_RUN_ID")
+    ),
+    "job-environment-mlflow-tracking-uri": case(
+        "+job.environments.MLFLOW_TRACKING_URI=sqlite:///elsewhere.db",
+        mentions=("job.environments", "MLFLOW_TRACKING_URI", "MLflow"),
+    ),
+    "job-output-own-mlflow-store": case(
+        "+job.outputs.paiexp_mlflow=null", mentions=("job.outputs", "paiexp_mlflow")
+    ),
     "tracker-experiment-empty": case(
         "tracker.experiment=", mentions=("tracker.experiment", "''", "1 to 500")
     ),

@@ -31,7 +31,7 @@ echo "rows=$rows depth=$depth" > /ml/output/model/model.txt
 echo "0.$depth" > /ml/output/output_parameters/accuracy
 pwd
 readlink /proc/self/ns/mnt
-env | grep -E '^PAI_(INPUT|OUTPUT|WORKING|CONFIG)' | sort
+env | grep -E '^(PAI_(INPUT|OUTPUT|WORKING|CONFIG)|MLFLOW_TRACKING_URI)' | sort
 """
 
 # Runs each job of argv[2] (JSON specs) on a LocalBackend rooted at argv[1], one after the
@@ -142,11 +142,13 @@ def assert_private_ml_run(outcome: dict[str, Any]) -> None:
     assert cwd == "/ml/usercode"
     assert mount_namespace != os.readlink("/proc/self/ns/mnt")  # the job's own
     assert paths == [
+        "MLFLOW_TRACKING_URI=file:///ml/output/paiexp_mlflow/mlruns",  # the job's own MLflow
         "PAI_CONFIG_DIR=/ml/input/config",
         "PAI_INPUT_TRAIN=/ml/input/data/train",
         "PAI_OUTPUT_CHECKPOINTS=/ml/output/checkpoints",
         "PAI_OUTPUT_MODEL=/ml/output/model",
         "PAI_OUTPUT_OUTPUT_PARAMETERS=/ml/output/output_parameters",
+        "PAI_OUTPUT_PAIEXP_MLFLOW=/ml/output/paiexp_mlflow",
         "PAI_OUTPUT_TENSORBOARD=/ml/output/tensorboard",
         "PAI_WORKING_DIR=/ml/usercode",
     ]

@@ -22,6 +22,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.tracking._tracking_service import client as mlflow_service_client
 
 from paiexp.backends.base import JobHandle, JobState, JobStatus
+from paiexp.config import LocalBackendConfig
 from paiexp.metrics import MetricPoint
 from paiexp.monitor import JobResult
 from paiexp.record import make_record
@@ -75,7 +76,7 @@ def setup_in(root: Path, tracker_uri: str | None = None) -> TrackingSetup:
         experiment="channel",
         storage=storage,
         study_name="syn",
-        backend=None,
+        backend=LocalBackendConfig(),  # where finished jobs' own MLflow stores would be
         base_dir=root,
         overrides=(),
         source=None,

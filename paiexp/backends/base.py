@@ -113,6 +113,11 @@ class Backend(Protocol):
     def output_is_empty(self, handle: JobHandle, channel: str) -> bool:
         """Whether the job left no file in this output channel (or has no such channel)."""
 
+    def own_mlflow_store(self, handle: JobHandle, scratch: Path | None) -> Path | None:
+        """The MLflow store the job's own calls made in its outputs (:mod:`paiexp.job_mlflow`)
+        as a directory here: where it is, on this machine, else a copy made in ``scratch``
+        (none without one: a job's store is copied once it ended); None when it made none."""
+
     def service_metrics(self, handle: JobHandle) -> dict[str, float]:
         """Final metric values as the platform itself extracted them ({} if it does not)."""
 

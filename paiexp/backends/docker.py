@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from paiexp import contract
+from paiexp import contract, job_mlflow
 from paiexp.backends.base import JobHandle, JobRejected, JobState, JobStatus, LogChunk
 from paiexp.backends.checks import (
     check_local_job,
@@ -417,6 +417,7 @@ class DockerBackend(LocalResults):
         env.update(
             contract.environment(layout, spec.hyperparameters, input_files, spec.output_dirs)
         )
+        env.update(job_mlflow.environment(spec.environments, layout))
         env["TINI_KILL_PROCESS_GROUP"] = "1"  # a stop signals the job's whole process group
         labels = {**spec.labels, JOB_LABEL: spec.name, ROOT_LABEL: str(self.root)}
         name, network, networking = self.container_name(spec.name), self.network, None

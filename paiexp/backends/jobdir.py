@@ -105,6 +105,11 @@ class JobDirectories:
         """The job's tensorboard channel as it writes it (its destination gets a copy)."""
         return Path(self.layout(name).output_dir("tensorboard"))
 
+    def own_mlflow_store(self, name: str) -> Path | None:
+        """The MLflow store the job's own calls made (an experiment in it), if they did."""
+        store = Path(self.layout(name).mlflow_store)
+        return store if any(store.glob("*/meta.yaml")) else None
+
 
 class LocalResults:
     """The result verbs of a backend whose jobs keep their outputs in job directories here
@@ -120,6 +125,9 @@ class LocalResults:
 
     def output_is_empty(self, handle: JobHandle, channel: str) -> bool:
         return self.jobs.output_is_empty(handle.name, channel)
+
+    def own_mlflow_store(self, handle: JobHandle, scratch: Path | None) -> Path | None:
+        return self.jobs.own_mlflow_store(handle.name)
 
     def service_metrics(self, handle: JobHandle) -> dict[str, float]:
         return {}

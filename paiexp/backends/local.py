@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from paiexp import contract
+from paiexp import contract, job_mlflow
 from paiexp.backends import local_instances, local_runner
 from paiexp.backends.base import JobHandle, JobState, JobStatus, LogChunk
 from paiexp.backends.checks import (
@@ -145,20 +145,19 @@ class LocalBackend(LocalResults):
             channel: None if Path(source).is_dir() else Path(source).name
             for channel, source in spec.inputs.items()
         }
-        # The user's own settings of these win.  A job's share of the CPUs is its instances'.
+        # The user's own settings of these win (not the launcher's MLflow: its run is the
+        # job's).  A job's share of the CPUs is its instances'.
         threads = cpu_share(self.threads_per_job, spec.instance_count)
-        env = {"PYTHONUNBUFFERED": "1", **thread_environment(threads), **os.environ}
+        launcher = job_mlflow.inherited(os.environ)
+        env = {"PYTHONUNBUFFERED": "1", **thread_environment(threads), **launcher}
         # The job's `python` is the launcher's interpreter, as on PAI it is the image's.
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         env.update(spec.environments)
+        layout = contract.JobLayout(job_dir / "ml")
         env.update(
-            contract.environment(
-                contract.JobLayout(job_dir / "ml"),
-                spec.hyperparameters,
-                input_files,
-                spec.output_dirs,
-            )
+            contract.environment(layout, spec.hyperparameters, input_files, spec.output_dirs)
         )
+        env.update(job_mlflow.environment(spec.environments, layout))
         return env
 
     def _warm_address(self, spec: JobSpec, job_dir: Path, env: dict[str, str]) -> str | None:

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from paiexp import contract
+from paiexp import contract, job_mlflow
 from paiexp.backends import openpai_distributed
 from paiexp.backends.docker_entry import entry_script
 from paiexp.backends.instance_types import Resources
@@ -196,6 +196,7 @@ def commands(
     env = {"PYTHONUNBUFFERED": "1", **thread_environment(cpus)}
     env.update((k, v) for k, v in spec.environments.items() if k not in secrets)
     env.update(contract.environment(ml, spec.hyperparameters, input_files, spec.output_dirs))
+    env.update(job_mlflow.environment(spec.environments, ml))
     lines += [f"export {name}={q(value)}" for name, value in env.items()]
     lines += [
         f"export {name}=\"$(printf %s '<% $secrets.{name} %>' | base64 -d)\"" for name in secrets

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from paiexp import contract
+from paiexp import contract, job_mlflow
 from paiexp.backends.base import JobHandle, JobState, JobStatus, LogChunk
 from paiexp.backends.checks import (
     check_local_inputs,
@@ -218,7 +218,10 @@ class PaiBackend:
                 {"Name": name, "OutputUri": self._output_uri(spec, name)} for name in channels
             ],
             "Labels": [{"Key": k, "Value": v} for k, v in labels.items()],
-            "Environments": dict(spec.environments),
+            "Environments": {
+                **spec.environments,
+                **job_mlflow.environment(spec.environments, contract.JobLayout()),
+            },
         }
         if spec.requirements:
             body["PythonRequirements"] = list(spec.requirements)
@@ -249,8 +252,13 @@ class PaiBackend:
         if channel == CHECKPOINTS and spec.checkpoints:  # the SDK's checkpoints_path
             return str(OssUri.parse(spec.checkpoints).as_dir())
         given = spec.outputs.get(channel)
-        base = OssUri.parse(given) if given else self.oss_base.join("training_job")
-        return str(base.join(spec.name, "" if given else channel).as_dir())
+        if given:
+            return str(OssUri.parse(given).join(spec.name, "").as_dir())
+        return str(self._default_output(spec.name, channel))
+
+    def _default_output(self, name: str, channel: str) -> OssUri:
+        """Where a job's output channel goes on OSS unless ``job.outputs`` says otherwise."""
+        return self.oss_base.join("training_job").join(name, channel).as_dir()
 
     # -- status ----------------------------------------------------------------------------
 
@@ -359,23 +367,40 @@ class PaiBackend:
         return {
             c["Name"]: c["OutputUri"]
             for c in job.get("OutputChannels") or []
-            if c.get("OutputUri") and c.get("Name") != OUTPUT_PARAMETERS
+            if c.get("OutputUri") and c.get("Name") not in contract.RESERVED_OUTPUTS
         }
 
     def output_is_empty(self, handle: JobHandle, channel: str) -> bool:
         uri = self.outputs(handle).get(channel)
         return uri is None or not self.oss.exists_any(OssUri.parse(uri).as_dir())
 
-    def output_parameters(self, handle: JobHandle) -> dict[str, float]:
+    def _channel(self, handle: JobHandle, name: str) -> str | None:
+        """The OSS URI of one of the job's output channels."""
         job = self._seen.get(handle.id) or self.detail(handle)
-        channel = next(
+        return next(
             (
                 c["OutputUri"]
                 for c in job.get("OutputChannels") or []
-                if c.get("Name") == OUTPUT_PARAMETERS and c.get("OutputUri")
+                if c.get("Name") == name and c.get("OutputUri")
             ),
             None,
         )
+
+    def own_mlflow_store(self, handle: JobHandle, scratch: Path | None) -> Path | None:
+        """A copy in ``scratch`` of the store the job made in its channel on OSS."""
+        if scratch is None:
+            return None
+        if handle.id in self._seen:
+            channel = self._channel(handle, contract.MLFLOW_STORE)
+        else:  # where this backend puts it (another process's job: spares a GetTrainingJob)
+            channel = str(self._default_output(handle.name, contract.MLFLOW_STORE))
+        if channel is None or not self.oss.download(OssUri.parse(channel).as_dir(), scratch):
+            return None
+        store = scratch / contract.JobLayout().mlflow_store.name
+        return store if store.is_dir() else None
+
+    def output_parameters(self, handle: JobHandle) -> dict[str, float]:
+        channel = self._channel(handle, OUTPUT_PARAMETERS)
         if channel is None:
             return {}
         prefix = OssUri.parse(channel).as_dir()

@@ -19,6 +19,7 @@ request that reached the server, are turned off here.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import queue
@@ -85,6 +86,7 @@ from paiexp.tracking import (
 )
 
 if TYPE_CHECKING:
+    from paiexp.backends import Backend
     from paiexp.sweep.claims import Claims
     from paiexp.tracking import MlflowTracker
 
@@ -123,7 +125,7 @@ def serve(calls: Any, connection: Connection, launcher_pid: int) -> None:
         create_new_store(tracking_uri(setup.tracker_uri))
     loading.join()
     quiet_about_full_disks(setup)
-    worker = TrackingWorker(setup)
+    worker = TrackingWorker(setup, lambda text: replies.put(Notice(text)))
     if setup.resumed is not None:
         worker.resume(setup.resumed)
     outage = tracking_outage(setup, lambda text: replies.put(Notice(text)))
@@ -293,8 +295,10 @@ def _die_with(launcher_pid: int) -> None:
 class TrackingWorker:
     """The sweep's runs in MLflow: a parent run per study, a child run per trial."""
 
-    def __init__(self, setup: TrackingSetup) -> None:
+    def __init__(self, setup: TrackingSetup, notify: Callable[[str], None] = log.warning) -> None:
+        """``notify``: tells the user what the tracking has to say."""
         self.setup = setup
+        self.notify = notify
         self.fatal: str | None = None
         self.parent_run_id = ""
         self.runs: dict[str, str] = {}  # job name -> run id
@@ -305,6 +309,7 @@ class TrackingWorker:
         self._best_job: str | None = None
         self.registered: str | None = None  # what sweep.register did
         self._tracker: MlflowTracker | None = None
+        self._backend: Backend | None = None
         self._study: Any = None
         self._claims: Claims | None = None
 
@@ -332,6 +337,15 @@ class TrackingWorker:
             write_ahead(tracking_uri(setup.tracker_uri))
             self._tracker = MlflowTracker(setup.tracker_uri, setup.experiment, check_server=False)
         return self._tracker
+
+    @property
+    def backend(self) -> Backend:
+        """The sweep's backend, to read what finished jobs left."""
+        if self._backend is None:
+            from paiexp.backends import create_backend
+
+            self._backend = create_backend(self.setup.backend, self.setup.base_dir)
+        return self._backend
 
     @property
     def study(self) -> Any:
@@ -649,25 +663,29 @@ class TrackingWorker:
         return held
 
     def log_finish(self, run_id: str, call: FinishChild, *, at: float, **options: Any) -> None:
-        """What a trial's job left, on its run (``options``: see :meth:`MlflowTracker.finish`)."""
-        self.tracker.finish(
-            run_id,
-            call.result,
-            unlogged=call.unlogged,
-            status=call.status,
-            reason=call.reason,
-            extra_tags=call.tags,
-            logged_at=at,
-            **options,
-        )
+        """What a trial's job left, on its run, what it logged with MLflow itself merged in
+        (``options``: see :meth:`MlflowTracker.finish`); what the merge says, told."""
+        result = dataclasses.replace(call.result, warnings=list(call.result.warnings))
+        with tempfile.TemporaryDirectory(prefix="paiexp-mlflow-") as scratch:
+            self.tracker.finish(
+                run_id,
+                result,
+                unlogged=call.unlogged,
+                status=call.status,
+                reason=call.reason,
+                extra_tags=call.tags,
+                logged_at=at,
+                own_store=self.backend.own_mlflow_store(result.handle, Path(scratch)),
+                **options,
+            )
+        for line in result.warnings[len(call.result.warnings) :]:
+            self.notify(line)
 
     def reconcile(self, trials: Iterable[FinishedTrial], *, at: float) -> None:
         """Give each trial that had finished before this launch a closed run: a crash may
         have dropped the calls that were queued for it."""
-        from paiexp.backends import create_backend
-
         children = self.tracker.child_runs(self.parent_run_id)
-        backend = create_backend(self.setup.backend, self.setup.base_dir)
+        backend = self.backend
         for trial in trials:
             child = children.get(trial.job_name)
             if child is not None and child.status in TERMINAL_RUN_STATUSES:
@@ -691,16 +709,18 @@ class TrackingWorker:
             monitor.pull(final=True)
             result = monitor.result(job_status)
             result.cost = trial.cost
-            self.tracker.finish(
-                run_id,
-                result,
-                unlogged=monitor.take_unlogged(),
-                status=TRIAL_STATE_TO_RUN_STATUS[trial.state],
-                reason=trial.reason,
-                extra_tags={"paiexp.trial_state": trial.state},
-                logged_at=at,
-                resumed=child is not None,
-            )
+            with tempfile.TemporaryDirectory(prefix="paiexp-mlflow-") as scratch:
+                self.tracker.finish(
+                    run_id,
+                    result,
+                    unlogged=monitor.take_unlogged(),
+                    status=TRIAL_STATE_TO_RUN_STATUS[trial.state],
+                    reason=trial.reason,
+                    extra_tags={"paiexp.trial_state": trial.state},
+                    logged_at=at,
+                    resumed=child is not None,
+                    own_store=backend.own_mlflow_store(handle, Path(scratch)),
+                )
 
     def followed_by_others(self) -> bool:
         """Whether other launchers have followed the study (their heartbeats are in it), as

@@ -63,7 +63,7 @@ from urllib.parse import parse_qsl, quote, unquote
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from paiexp import contract
+from paiexp import contract, mlroot
 
 from .common import Credentials, Fault, FaultPlan, RequestLog, RequestRecord
 from .http_server import ServiceHttpServer
@@ -1191,6 +1191,9 @@ class PaiServer:
         request = job.request
         env = {k: v for k, v in os.environ.items() if HOST_ENV.fullmatch(k)}
         env |= self._environment(job, contract.JobLayout(job.ml))
+        # A host process has no /ml of its own: a variable naming a place under /ml (the job's
+        # MLflow store, say) names that place in its ml directory, as in its container.
+        mlroot.rebase_paths(env, str(contract.ML_ROOT), str(job.ml))
         env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
         usercode = job.ml / "usercode"
         requirements = list(request.get("PythonRequirements") or [])
