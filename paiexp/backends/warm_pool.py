@@ -83,8 +83,15 @@ class WarmInterpreters:
         if modules is None:
             return None
         modules = sorted({*modules, *self.extra_imports})
-        # Imported under the jobs' settings (thread counts above all); a job's own paths aside.
-        settings = {name: value for name, value in env.items() if not name.startswith("PAI_")}
+        # Imported under the jobs' settings (thread counts above all); a job's own paths aside
+        # (the contract's PAI_*, its MLflow store's URI: any value naming its directory),
+        # which its fork gets with the rest of its environment.
+        job_dir = str(code_dir.parent.parent)
+        settings = {
+            name: value
+            for name, value in env.items()
+            if not name.startswith("PAI_") and job_dir not in value
+        }
         key = (tuple(modules), tuple(sorted(settings.items())))
         started = self.started.get(key)
         if started is None or started[1].poll() is not None:  # none yet, or it died
