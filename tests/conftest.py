@@ -16,6 +16,9 @@ from image_tags import docker_image_tag, mlflow_image_tag, torch_image_tag
 pytest_plugins = ["cli_backends"]  # the cli_backend fixture: one scenario on every backend
 
 REPO = Path(__file__).resolve().parents[1]
+# The sweeps this project ships, as paiexp lists them in its "available: ..." errors.
+SHIPPED_SWEEPS = ", ".join(sorted(path.stem for path in (REPO / "sweeps").glob("*.yaml")))
+
 T = TypeVar("T")
 
 

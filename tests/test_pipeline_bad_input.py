@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import (
     REPO,
+    SHIPPED_SWEEPS,
     assert_nothing_started,
     assert_one_line_error,
     run_paiexp,
@@ -141,7 +142,7 @@ CASES = {
     ),
     "unknown-sweep": (
         ("+pipeline=unknown_sweep",),
-        ("pipeline.steps.search.sweep", "no such sweep 'nope'", "available: ddp, xgb"),
+        ("pipeline.steps.search.sweep", "no such sweep 'nope'", f"available: {SHIPPED_SWEEPS}"),
     ),
     "unknown-job": (
         ("+pipeline=unknown_job",),

@@ -10,7 +10,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, assert_nothing_started, assert_one_line_error, mlflow_client, run_paiexp
+from conftest import (
+    REPO,
+    SHIPPED_SWEEPS,
+    assert_nothing_started,
+    assert_one_line_error,
+    mlflow_client,
+    run_paiexp,
+)
 from sweep_helpers import load_study, sweep_runs
 
 PLOTS = (
@@ -74,7 +81,9 @@ def test_report_of_a_sweep_writes_its_plots_and_logs_one_artifact(tmp_path: Path
 def test_report_mistakes_are_one_line_errors(tmp_path: Path) -> None:
     root = xgb_project(tmp_path)
     unknown = assert_one_line_error(run_paiexp(root, "report", "nosuch"))
-    assert "'nosuch' is neither a sweep (available: ddp, xgb) nor an MLflow run id" in unknown
+    assert (
+        f"'nosuch' is neither a sweep (available: {SHIPPED_SWEEPS}) nor an MLflow run id"
+    ) in unknown
     not_run = assert_one_line_error(run_paiexp(root, "report", "xgb"))
     assert "no study journal at" in not_run and "run the sweep first" in not_run
     assert_nothing_started(root)
