@@ -34,10 +34,10 @@ from pathlib import Path
 from bench_harness import REPO, parse_args
 from bench_project import write_project
 
+from paiexp.config import PaiBackendConfig
+
 SDK_STATUS_INTERVAL = 5.0  # pai.job.TrainingJob.wait: GetTrainingJob every 5 s
 SDK_LOG_INTERVAL = 1.0  # its log printer: ListTrainingJobLogs every 1 s
-PAIEXP_POLL_INTERVAL = 10.0  # conf/backend/pai.yaml defaults
-PAIEXP_LOG_INTERVAL = 30.0
 
 
 def project(root: Path, trials: int, parallelism: int, scale: float) -> Path:
@@ -98,6 +98,7 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=0.25)
     args = parse_args(parser, trials=2, parallelism=2, scale=0.02)
 
+    defaults = PaiBackendConfig()  # paiexp's intervals, scaled
     workdir = Path(tempfile.mkdtemp(prefix="paiexp-pai-calls-"))
     root = project(workdir / "project", args.trials, args.parallelism, args.scale)
     with Emulator(workdir / "cloud") as cloud:
@@ -117,8 +118,8 @@ def main() -> None:
             f"backend.oss.bucket={cloud.bucket}",
             f"backend.oss.endpoint={cloud.oss_endpoint}",
             f"backend.image={cloud.default_image}",
-            f"backend.poll_interval={PAIEXP_POLL_INTERVAL * args.scale}",
-            f"backend.log_interval={PAIEXP_LOG_INTERVAL * args.scale}",
+            f"backend.poll_interval={defaults.poll_interval * args.scale}",
+            f"backend.log_interval={defaults.log_interval * args.scale}",
         ]
         started = time.perf_counter()
         done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True)

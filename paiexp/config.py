@@ -287,7 +287,7 @@ class PaiBackendConfig:
     vpc: PaiVpcConfig = field(default_factory=PaiVpcConfig)
     retry: PaiRetryConfig = field(default_factory=PaiRetryConfig)
     poll_interval: float = 10.0  # one ListTrainingJobs call per tick covers every job
-    log_interval: float = 30.0  # how often a running job's new log lines are fetched
+    log_interval: float = 10.0  # how often a running job's new log lines are fetched (live curves)
     request_timeout: float = 30.0
 
 
@@ -323,7 +323,7 @@ class OpenPaiBackendConfig:
     install_requirements: InstallMode = InstallMode.auto
     retry: PaiRetryConfig = field(default_factory=PaiRetryConfig)
     poll_interval: float = 10.0  # one job listing per tick covers every job
-    log_interval: float = 30.0  # how often a running job's new log lines are fetched
+    log_interval: float = 10.0  # how often a running job's new log lines are fetched (live curves)
     request_timeout: float = 30.0
 
 

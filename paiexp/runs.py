@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import re
 import secrets
 import tempfile
@@ -156,18 +157,23 @@ def follow(
     monitor = JobMonitor(backend, handle, spec, log_path, echo=echo, logged=logged)
     own = OwnStore(backend, handle, tracker, run_id, resumed=logged is not None)
     stopping = False
-    last_flush = time.monotonic()
+    last_flush, polled_at = time.monotonic(), -math.inf
+    # Its log is pulled (as its backend's log_interval allows) and its new points sent every
+    # tick; its state asked only every poll_interval (10 s on PAI, below a tick elsewhere).
+    tick = min(backend.poll_interval, METRIC_FLUSH_SECONDS)
     while True:
         try:
-            status = backend.poll([handle])[handle.id]
+            if time.monotonic() - polled_at >= backend.poll_interval:
+                polled_at = time.monotonic()
+                status = backend.poll([handle])[handle.id]
             monitor.pull(final=status.state.terminal)
             if status.state.terminal:
                 break
-            if time.monotonic() - last_flush > METRIC_FLUSH_SECONDS:
+            if time.monotonic() - last_flush >= METRIC_FLUSH_SECONDS:
                 tracker.log_metrics(run_id, monitor.take_unlogged())
                 own.merge_live()
                 last_flush = time.monotonic()
-            backend.wait([handle], backend.poll_interval)
+            backend.wait([handle], tick)
         except BackendUnavailable as exc:  # the job runs on regardless: ask again later
             warn(f"backend unavailable, polling again: {exc}")
             backend.wait([handle], backend.poll_interval)

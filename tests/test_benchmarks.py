@@ -38,6 +38,7 @@ FIGURES = {
     "docker_instances": rf"^  start-up .*, ratio 2 / 1 {NUMBER}$",
     "docker_overhead": rf"^  docker - local {NUMBER} s; ratio docker / local {NUMBER}$",
     "launcher_cpu": rf"^launcher process CPU {NUMBER} ms per trial",
+    "live_curves": rf"^fewest points in a running run: \d+ \(goal >= \d+\), / goal {NUMBER}$",
     "multi_instance": rf"^the second instance: .*; ratio 2 / 1: {NUMBER}$",
     "openpai_api_calls": rf"^ +\d+ +\d+ +{NUMBER} +\d+ +\d+ +{NUMBER} ",  # requests per tick
     "overhead": rf"^ratio paiexp / bare: +{NUMBER}",
