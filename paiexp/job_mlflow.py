@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from paiexp import contract
 
@@ -65,3 +65,9 @@ def direct(job_uri: str, run_id: str, experiment_id: str) -> dict[str, str]:
         {"MLFLOW_TRACKING_URI": job_uri, RUN_ID: run_id, "MLFLOW_EXPERIMENT_ID": experiment_id}
     )
     return env
+
+
+def holds_logged_model(store: Path) -> bool:
+    """Whether a job's own store (its ``mlruns``) holds a logged model (MLflow 3's layout:
+    ``EXPERIMENT/models/MODEL_ID/meta.yaml``): autolog's, or a ``log_model`` call's."""
+    return any(store.glob("*/models/*/meta.yaml"))

@@ -13,6 +13,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from paiexp import job_mlflow
 from paiexp.backends.base import Backend, JobHandle, JobState, JobStatus
 from paiexp.cost import RunCost
 from paiexp.metrics import MetricExtractor, MetricPoint
@@ -123,6 +124,7 @@ class JobMonitor:
         }
         outputs = self.backend.outputs(self.handle)
         empty = self.model_left_empty(status, outputs)
+        own = empty and self.logged_its_own_model()
         unreported = self.scalars.missing()
         return JobResult(
             handle=self.handle,
@@ -144,7 +146,7 @@ class JobMonitor:
                     for name, why in unreported.items()
                     if status.state is JobState.SUCCEEDED
                 ),
-                *([self.empty_model_warning(outputs["model"])] if empty else []),
+                *([self.empty_model_warning(outputs["model"])] if empty and not own else []),
             ],
             model_empty=empty,
             unreported=unreported,
@@ -156,6 +158,12 @@ class JobMonitor:
         if status.state is not JobState.SUCCEEDED or outputs.get("model") is None:
             return False
         return self.backend.output_is_empty(self.handle, "model")
+
+    def logged_its_own_model(self) -> bool:
+        """Whether the job logged a model with its own MLflow calls, in a store on this machine
+        (its run's model then: an empty model channel is no mistake)."""
+        store = self.backend.own_mlflow_store(self.handle, None)
+        return store is not None and job_mlflow.holds_logged_model(store)
 
     def empty_model_warning(self, model: str) -> str:
         return (

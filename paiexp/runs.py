@@ -324,7 +324,7 @@ def summarize(
             say(f"    {line}")
     for name, value in sorted(result.metrics.items()):
         say(f"  {name} = {value:g}")
-    if result.model_uri and status.state is JobState.SUCCEEDED:  # a failed job made none
+    if result.model_uri and status.state is JobState.SUCCEEDED and not result.model_empty:
         say(f"  model: {result.model_uri}")
     if result.cost is not None:
         say(f"  cost: {result.cost.text()}")

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from conftest import all_runs, run_paiexp
+from conftest import all_runs, mlflow_client, run_paiexp
+from pipeline_helpers import starter_project
 
 WARNING = "succeeded but left its model channel empty"
 
@@ -34,3 +35,21 @@ def test_a_written_model_gets_no_warning(project: Path) -> None:
     assert WARNING not in result.stderr
     (run,) = all_runs(project)
     assert "paiexp.warning" not in run.data.tags
+
+
+def test_a_model_the_jobs_own_mlflow_calls_logged_gets_no_warning(tmp_path: Path) -> None:
+    """The starter's MLflow-only script (examples/xgb_autolog) writes nothing to its model
+    channel: autolog's model, merged into its run, is its model."""
+    root = starter_project(tmp_path)
+    result = run_paiexp(root, "job=xgb_autolog")
+    assert result.returncode == 0, result.stderr
+    assert WARNING not in result.stderr and "  model: " not in result.stderr, result.stderr
+    (run,) = all_runs(root)
+    assert "paiexp.warning" not in run.data.tags
+    assert run.data.params["num_boost_round"] == "50"  # autolog's
+    assert 0.9 < run.data.metrics["test_auc"] <= 1.0  # its log_metric call
+    client = mlflow_client(root)
+    curve = client.get_metric_history(run.info.run_id, "test-auc")  # autolog's, per round
+    assert sorted(m.step for m in curve) == list(range(50))
+    models = client.search_logged_models([run.info.experiment_id])
+    assert [m.source_run_id for m in models if "paiexp.job_model_id" in m.tags] == [run.info.run_id]

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from cli_backends import CliBackend
 from conftest import all_runs, clean_env, run_paiexp, wait_until
-from gates import Gates
+from gates import Gates, cleaned_up
 from pipeline_helpers import starter_project, statuses, write_pipeline
 from sweep_helpers import (
     MEDIAN_PRUNER,
@@ -30,6 +30,7 @@ from sweep_helpers import (
     load_study,
     synthetic_project,
 )
+from test_live_curves import backend_for
 
 from paiexp.cost import COST, INSTANCE_HOURS
 from paiexp.tensorboard_scalars import (
@@ -200,7 +201,12 @@ def test_a_truncated_or_corrupt_event_file_is_one_line_and_its_points_are_kept(
 # -- sweeps and runs ---------------------------------------------------------------------------
 
 
-def test_a_sweep_is_judged_and_pruned_on_tensorboard_scalars(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "backend", [pytest.param("local"), pytest.param("docker", marks=pytest.mark.docker)]
+)
+def test_a_sweep_is_judged_and_pruned_on_tensorboard_scalars(
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
     """Objective `score` and the median pruner's `loss` come from event files only; the third
     trial (far worse) is pruned while held, and every run's series equals its event files."""
     steps = 5
@@ -212,18 +218,20 @@ def test_a_sweep_is_judged_and_pruned_on_tensorboard_scalars(tmp_path: Path) -> 
         "pruner": MEDIAN_PRUNER,
         "enqueue": [{"x": 0.0}, {"x": 0.1}, {"x": 2.9}],
     }
-    root = synthetic_project(tmp_path, sweep, TENSORBOARD_JOB)
-    gates = Gates(tmp_path / "gates")
-    launcher = subprocess.Popen(
-        [sys.executable, "-m", "paiexp", "+sweep=syn"],
-        cwd=root,
-        env=clean_env(**gates.env()),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    let_end_once_reported(gates, root, steps)
-    _, err = launcher.communicate(timeout=120)  # the third job is held: only a stop ends it
+    with backend_for(backend, tmp_path, request) as (gates, overrides, env):
+        job = {**TENSORBOARD_JOB, "environments": gates.env()}  # where a container sees them
+        root = synthetic_project(tmp_path, sweep, job)
+        launcher = subprocess.Popen(
+            [sys.executable, "-m", "paiexp", "+sweep=syn", *overrides],
+            cwd=root,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        with cleaned_up(gates, [launcher]):
+            let_end_once_reported(gates, root, steps)
+            _, err = launcher.communicate(timeout=180)  # the third is held: only a stop ends it
     assert launcher.returncode == 0, err
     study = load_study(root)
     assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE", "PRUNED"]
