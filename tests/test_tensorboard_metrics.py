@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -201,8 +202,37 @@ def test_a_truncated_or_corrupt_event_file_is_one_line_and_its_points_are_kept(
 # -- sweeps and runs ---------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def pruning_backend(
+    name: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[Gates, list[str], dict[str, str], Callable[[str], Path]]]:
+    """A backend as ``backend_for`` gives it, and its runs' tensorboard channels as directories
+    here (the PAI emulator's copied from its OSS)."""
+    if name == "pai":
+        from emulator import Emulator
+        from test_pai_backend import pai_env, pai_overrides
+
+        with Emulator(tmp_path / "cloud") as cloud:  # its jobs as host processes: gates here
+
+            def fetched(uri: str) -> Path:
+                channel = tmp_path / "channels" / uri.rstrip("/").split("/")[-2]
+                cloud.store.download_uri(uri, channel)
+                return channel
+
+            yield Gates(tmp_path / "gates"), pai_overrides(cloud), pai_env(cloud), fetched
+    else:
+        with backend_for(name, tmp_path, request) as (gates, overrides, env):
+            yield gates, overrides, env, lambda uri: Path(uri.removeprefix("file://"))
+
+
 @pytest.mark.parametrize(
-    "backend", [pytest.param("local"), pytest.param("docker", marks=pytest.mark.docker)]
+    "backend",
+    [
+        pytest.param("local"),
+        pytest.param("docker", marks=pytest.mark.docker),
+        pytest.param("pai", marks=pytest.mark.slow),
+        pytest.param("openpai", marks=pytest.mark.docker),
+    ],
 )
 def test_a_sweep_is_judged_and_pruned_on_tensorboard_scalars(
     tmp_path: Path, backend: str, request: pytest.FixtureRequest
@@ -218,7 +248,7 @@ def test_a_sweep_is_judged_and_pruned_on_tensorboard_scalars(
         "pruner": MEDIAN_PRUNER,
         "enqueue": [{"x": 0.0}, {"x": 0.1}, {"x": 2.9}],
     }
-    with backend_for(backend, tmp_path, request) as (gates, overrides, env):
+    with pruning_backend(backend, tmp_path, request) as (gates, overrides, env, channel_of):
         job = {**TENSORBOARD_JOB, "environments": gates.env()}  # where a container sees them
         root = synthetic_project(tmp_path, sweep, job)
         launcher = subprocess.Popen(
@@ -232,16 +262,15 @@ def test_a_sweep_is_judged_and_pruned_on_tensorboard_scalars(
         with cleaned_up(gates, [launcher]):
             let_end_once_reported(gates, root, steps)
             _, err = launcher.communicate(timeout=180)  # the third is held: only a stop ends it
-    assert launcher.returncode == 0, err
-    study = load_study(root)
-    assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE", "PRUNED"]
-    assert study.trials[0].value == 0.0
-    assert study.trials[1].value == pytest.approx(0.01)
-    assert len(study.trials[2].intermediate_values) >= 2  # pruned past its warm-up step
-    children = children_by_trial(root)
-    for number, child in children.items():
-        channel = Path(child.data.tags["paiexp.output.tensorboard"].removeprefix("file://"))
-        assert_series_equal_event_files(root, child.info.run_id, channel, number != "2")
+        assert launcher.returncode == 0, err
+        study = load_study(root)
+        assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE", "PRUNED"]
+        assert study.trials[0].value == 0.0
+        assert study.trials[1].value == pytest.approx(0.01)
+        assert len(study.trials[2].intermediate_values) >= 2  # pruned past its warm-up step
+        for number, child in children_by_trial(root).items():
+            channel = channel_of(child.data.tags["paiexp.output.tensorboard"])
+            assert_series_equal_event_files(root, child.info.run_id, channel, number != "2")
 
 
 def assert_series_equal_event_files(root: Path, run_id: str, channel: Path, ended: bool) -> None:
