@@ -406,8 +406,20 @@ class MlflowTracker:
         loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, where it is built
         backend = (yaml.load(record.config_yaml, Loader=loader) or {}).get("backend") or {}
         datasets = dataset_inputs(record.spec.inputs, backend)
-        if datasets:
+        if not datasets:
+            return
+        from mlflow.exceptions import MlflowException
+
+        try:
             self._client.log_inputs(run_id, datasets=datasets)
+        except MlflowException:
+            # jobs submitted at once with the same input: MLflow's store looks a dataset up,
+            # then inserts it, and the second insert fails; the dataset now exists to link to
+            self._client.log_inputs(run_id, datasets=datasets)
+
+    def log_params(self, run_id: str, params: Mapping[str, str]) -> None:
+        """Params, each cut to MLflow's limit (a Hydra app's config: see paiexp.hydra_launch)."""
+        self._client.log_batch(run_id, params=_params(params))
 
     def set_tags(self, run_id: str, tags: Mapping[str, str | None]) -> None:
         """Set the tags whose value is not None."""
