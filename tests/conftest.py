@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from image_tags import docker_image_tag, mlflow_image_tag, torch_image_tag
+from image_tags import docker_image_tag, hydra_image_tag, mlflow_image_tag, torch_image_tag
 
 pytest_plugins = ["cli_backends"]  # the cli_backend fixture: one scenario on every backend
 
@@ -115,6 +115,20 @@ def mlflow_image(docker_image: str) -> str:
     except docker.errors.ImageNotFound:
         build = "bash tests/images/build-mlflow.sh"
         pytest.fail(f"the mlflow test image {tag} is missing: run {build}")
+    return tag
+
+
+@pytest.fixture(scope="session")
+def hydra_image(docker_image: str) -> str:
+    """The hydra variant of the test image (Hydra, OmegaConf, cloudpickle; never paiexp), for
+    a Hydra app's jobs in containers: fails, never skips, without it."""
+    import docker
+
+    tag = hydra_image_tag()
+    try:
+        docker.from_env().images.get(tag)
+    except docker.errors.ImageNotFound:
+        pytest.fail(f"the hydra test image {tag} is missing: run bash tests/images/build-hydra.sh")
     return tag
 
 

@@ -29,3 +29,8 @@ def torch_image_tag() -> str:
 def mlflow_image_tag() -> str:
     """The tag build-mlflow.sh gives its image."""
     return image_tag("paiexp-test/bookworm-mlflow", "build.sh", "import.sh", "build-mlflow.sh")
+
+
+def hydra_image_tag() -> str:
+    """The tag build-hydra.sh gives its image."""
+    return image_tag("paiexp-test/bookworm-hydra", "build.sh", "import.sh", "build-hydra.sh")

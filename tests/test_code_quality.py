@@ -18,7 +18,7 @@ def run_tool(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_ruff_passes() -> None:
-    result = run_tool("ruff", "check", "paiexp", "tests", "benchmarks", "examples")
+    result = run_tool("ruff", "check", "paiexp", "hydra_plugins", "tests", "benchmarks", "examples")
     assert result.returncode == 0, result.stdout + result.stderr
 
 
