@@ -289,7 +289,7 @@ def _structured(
 
 
 @contextlib.contextmanager
-def _working_in(directory: Path) -> Iterator[None]:
+def working_in(directory: Path) -> Iterator[None]:
     """The working directory ``directory`` meanwhile: where the command line would run."""
     previous = os.getcwd()
     os.chdir(directory)
@@ -311,7 +311,7 @@ def _tracked_in(cfg: DictConfig, base_dir: Path) -> DictConfig:
 def _validate(composed: Composed) -> None:
     """Every check the command line makes before it submits or tracks anything, made where
     it would run (a relative ``sqlite:///`` tracking store is the project's)."""
-    with _working_in(composed.base_dir):
+    with working_in(composed.base_dir):
         if composed.kind == "job":
             composed.prepared()
         elif composed.kind == "sweep":
@@ -345,7 +345,7 @@ def run_prepared(
     from paiexp.cost import prices_of
     from paiexp.runs import follow, open_tracker, submit
 
-    with _working_in(prepared.base_dir):  # MLflow's local artifacts: the project's mlruns/
+    with working_in(prepared.base_dir):  # MLflow's local artifacts: the project's mlruns/
         tracker = open_tracker(prepared.config)
         run_id, handle = submit(prepared, tracker, extra_tags=extra_tags)
     job = Job(prepared.spec.name, run_id, prepared.base_dir, prepared.backend, handle, tracker)

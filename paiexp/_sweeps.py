@@ -16,21 +16,23 @@ import sqlite3
 import subprocess
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from paiexp._display import StatusLine
-from paiexp._jobs import Job, attach_job, compose_project, reader, user_errors
+from paiexp._jobs import Job, attach_job, compose_project, reader, user_errors, working_in
 from paiexp._launch import launch_detached
 from paiexp.errors import UserError
 
 if TYPE_CHECKING:
     import pandas
+    from omegaconf import DictConfig
     from optuna import Study
     from optuna.trial import FrozenTrial
 
+    from paiexp._jobs import Composed
     from paiexp.sweep.prepared import PreparedSweep, SweepOutcome
     from paiexp.sweep.progress import Progress
     from paiexp.sweep.study import Objective
@@ -76,6 +78,7 @@ class Sweep:
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     log_path: Path | None = None  # the launcher's output, when this process started it
     n_trials: int | None = None  # the study's total, when known (else read from its parent run)
+    config_file: Path | None = None  # a sweep defined in Python: its whole config, saved
 
     # -- progress --------------------------------------------------------------------------
 
@@ -164,12 +167,14 @@ class Sweep:
     @user_errors
     def resume(self, n_trials: int | None = None, *, wait: bool = False) -> Sweep:
         """Launch the sweep again (its study goes on; ``n_trials``: its new total)."""
+        extra = (f"sweep.n_trials={n_trials}",) if n_trials is not None else ()
+        if self.config_file is not None:
+            return launch_saved_sweep(self.config_file, extra, self.base_dir, wait=wait)
         if not self.overrides:
             raise UserError(
                 "resume: this handle does not know the sweep's overrides; "
                 "use paiexp.start_sweep('+sweep=NAME', ...) again"
             )
-        extra = (f"sweep.n_trials={n_trials}",) if n_trials is not None else ()
         return launch_sweep(self.overrides + extra, self.base_dir, (), wait=wait)
 
     def log(self) -> str:
@@ -387,40 +392,184 @@ def _mlflow_children(uri: str, parent: str) -> dict[str, dict[str, Any]]:
 
 @user_errors
 def start_sweep(
-    *overrides: str,
+    *overrides: str | Composed,
     project: str | os.PathLike[str] = ".",
     config_dirs: Sequence[str | os.PathLike[str]] = (),
     wait: bool = False,
+    space: Mapping[str, Any] | None = None,
+    objective: str | Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+    direction: str = "minimize",
+    **settings: Any,
 ) -> Sweep:
     """Launch a sweep (``'+sweep=NAME'`` and any overrides) as ``python -m paiexp OVERRIDES``
     in ``project`` launches it, after the same checks (a mistake raises before anything
     starts); the launcher is a detached process that outlives this one, its output in
-    ``.paiexp/launchers/``.  ``wait``: return once it ended."""
+    ``.paiexp/launchers/``.  ``wait``: return once it ended.
+
+    Or a sweep defined here, no ``sweeps/`` file needed: ``start_sweep(job, space={...},
+    objective="test-auc", direction="maximize", n_trials=40, parallelism=4)`` sweeps a composed
+    job (:func:`paiexp.job`, :func:`paiexp.from_project`) over ``space`` (each parameter in the
+    ``sweeps/`` grammar, ``"interval(0.01, 0.3)"``, or an Optuna distribution);
+    ``objective``: a metric the job reports (with ``direction``) or ``{metric, direction}``
+    items; ``settings``: any other ``sweep.*`` key (``name``, ``sampler``, ``pruner``,
+    ``storage``, ``study_name``, ...), every one checked as a ``sweeps/`` file's are."""
+    if overrides and not isinstance(overrides[0], str):
+        if len(overrides) > 1:
+            raise UserError(
+                "start_sweep: a composed job is swept alone (compose it with its overrides)"
+            )
+        return launch_defined_sweep(overrides[0], space, objective, direction, settings, wait=wait)
+    if space is not None or objective is not None or settings:
+        given = "space" if space is not None else "objective" if objective else next(iter(settings))
+        raise UserError(
+            f"start_sweep: {given}= defines a sweep of a composed job: "
+            "start_sweep(paiexp.job(...), space={...}, objective=...); a sweeps/ file's "
+            "settings are overrides: start_sweep('+sweep=NAME', 'sweep.n_trials=40')"
+        )
     base_dir = Path(project).absolute()
     dirs = tuple(str(Path(d).absolute()) for d in config_dirs)
-    return launch_sweep(tuple(overrides), base_dir, dirs, wait=wait)
+    return launch_sweep(tuple(str(o) for o in overrides), base_dir, dirs, wait=wait)
 
 
 def launch_sweep(
     overrides: tuple[str, ...], base_dir: Path, config_dirs: tuple[str, ...], *, wait: bool
 ) -> Sweep:
-    from paiexp.tracking import tracking_uri
-
     _import_optuna()
     composed = compose_project(overrides, base_dir, config_dirs)
     if composed.kind != "sweep":
         raise UserError(f"sweep: the config is a {composed.kind}; select one with +sweep=NAME")
     prepared = composed.prepared_sweep()
     process, log_path = launch_detached(overrides, base_dir, config_dirs, prepared.study_name)
+    return _launched(prepared, process, log_path, overrides=overrides, wait=wait)
+
+
+def launch_saved_sweep(
+    config_file: Path, edits: tuple[str, ...], base_dir: Path, *, wait: bool
+) -> Sweep:
+    """A sweep defined in Python launched again from its saved config, ``KEY=VALUE`` edits
+    applied."""
+    from paiexp._jobs import Composed
+    from paiexp.compose import from_yaml
+
+    _import_optuna()
+    cfg = from_yaml(config_file.read_text(encoding="utf-8"), edits)
+    with working_in(base_dir):
+        prepared = Composed(cfg, base_dir, edits).prepared_sweep()
+    argv = ("--config-file", str(config_file), *edits)
+    process, log_path = launch_detached(argv, base_dir, (), prepared.study_name)
+    return _launched(prepared, process, log_path, config_file=config_file, wait=wait)
+
+
+def launch_defined_sweep(
+    job: object,
+    space: Mapping[str, Any] | None,
+    objective: Any,
+    direction: str,
+    settings: Mapping[str, Any],
+    *,
+    wait: bool,
+) -> Sweep:
+    """A sweep of a composed job defined by keyword arguments: checked, its whole config saved
+    in ``.paiexp/sweeps/STUDY.yaml``, launched from it (``python -m paiexp --config-file``)."""
+    from paiexp._jobs import Composed
+
+    if not isinstance(job, Composed):
+        raise UserError(
+            f"start_sweep: expected overrides (strings) or a composed job, got {type(job).__name__}"
+        )
+    if job.kind != "job":
+        raise UserError(f"start_sweep: space= sweeps one job; this config is a {job.kind}")
+    if not isinstance(space, Mapping) or not space:
+        raise UserError(
+            "start_sweep: space= is required: {name: 'interval(0.01, 0.3)', "
+            "name: an Optuna distribution, name: a fixed value}"
+        )
+    if objective is None:
+        raise UserError(
+            "start_sweep: objective= is required: a metric the job reports "
+            "(objective='test-auc', direction='maximize'), or {metric, direction} items"
+        )
+    _import_optuna()
+    composed = Composed(
+        _with_sweep(job, space, objective, direction, settings),
+        job.base_dir,
+        job.overrides,
+        job.project,
+    )
+    with working_in(job.base_dir):
+        prepared = composed.prepared_sweep()
+    saved = _save_config(composed, prepared.study_name)
+    process, log_path = launch_detached(
+        ("--config-file", str(saved)), job.base_dir, (), prepared.study_name
+    )
+    return _launched(prepared, process, log_path, config_file=saved, wait=wait)
+
+
+def _with_sweep(
+    job: Composed,
+    space: Mapping[str, Any],
+    objective: Any,
+    direction: str,
+    settings: Mapping[str, Any],
+) -> DictConfig:
+    """The job's config with a ``sweep:`` node of the keyword arguments, checked against the
+    schema (an unknown key or a wrong type named as ``sweep.KEY``)."""
+    from omegaconf import DictConfig, OmegaConf
+
+    from paiexp.compose import describe_error
+    from paiexp.sweep.space import written
+
+    if isinstance(objective, str):
+        objective = {"metric": objective, "direction": direction}
+    node = {
+        "name": job.cfg.job.name,
+        **settings,
+        "objective": objective,
+        "params": {str(name): written(value) for name, value in space.items()},
+    }
+    try:
+        cfg = OmegaConf.merge(job.cfg, {"sweep": node})
+    except Exception as exc:  # OmegaConf's validation errors: one line naming the key
+        raise UserError(describe_error(exc)) from None
+    assert isinstance(cfg, DictConfig)
+    return cfg
+
+
+def _save_config(composed: Composed, study_name: str) -> Path:
+    """The sweep's whole config in its project's ``.paiexp/sweeps/``, for its launcher and
+    its next launch (:meth:`Sweep.resume`)."""
+    from omegaconf import OmegaConf
+
+    saved = composed.base_dir / ".paiexp" / "sweeps" / f"{study_name}.yaml"
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    partial = saved.with_name(saved.name + ".partial")
+    partial.write_text(OmegaConf.to_yaml(composed.cfg), encoding="utf-8")
+    partial.replace(saved)
+    return saved
+
+
+def _launched(
+    prepared: PreparedSweep,
+    process: subprocess.Popen[bytes],
+    log_path: Path,
+    *,
+    overrides: tuple[str, ...] = (),
+    config_file: Path | None = None,
+    wait: bool,
+) -> Sweep:
+    """The handle of a launcher just started, once it has opened its study."""
+    from paiexp.tracking import tracking_uri
+
     handle = Sweep(
         prepared.study_name,
         prepared.storage,
-        tracking_uri(prepared.config.tracker.uri, base_dir),
+        tracking_uri(prepared.config.tracker.uri, prepared.base_dir),
         overrides,
-        base_dir,
+        prepared.base_dir,
         process,
         log_path,
         prepared.sweep.n_trials,
+        config_file,
     )
     _until_open(handle)
     if wait:

@@ -26,6 +26,7 @@ import argparse
 import re
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from paiexp.backends.base import BackendUnavailable, SubmissionFailed
@@ -215,6 +216,13 @@ def run_command(argv: Sequence[str]) -> int:
         action="store_true",
         help="print the most the job or sweep can cost (backend.prices) and exit",
     )
+    parser.add_argument(
+        "--config-file",
+        metavar="FILE",
+        help="run a whole config written to FILE (as --cfg all prints it, as "
+        "paiexp.start_sweep saves a sweep defined in Python), KEY=VALUE edits applied; its "
+        "relative paths are the working directory's",
+    )
     parser.add_argument("--package", "-p", help="with --cfg: print only this config node")
     parser.add_argument("--resolve", action="store_true", help="with --cfg: resolve ${...}")
     parser.add_argument(
@@ -234,16 +242,21 @@ def run_command(argv: Sequence[str]) -> int:
     from paiexp._jobs import composed_from
     from paiexp.compose import compose, show_info
 
-    project = _project(args)
-    if args.info:
-        show_info(project, args.overrides, args.info)
-        return 0
-    if args.multirun:
-        return _multirun(project, args.overrides)
-    cfg = compose(project, args.overrides)
-    if args.cfg:
-        return print_config(cfg, args.package, args.resolve)
-    composed = composed_from(project, cfg, args.overrides)
+    if args.config_file:
+        composed = _from_config_file(args)
+        if args.cfg:
+            return print_config(composed.cfg, args.package, args.resolve)
+    else:
+        project = _project(args)
+        if args.info:
+            show_info(project, args.overrides, args.info)
+            return 0
+        if args.multirun:
+            return _multirun(project, args.overrides)
+        cfg = compose(project, args.overrides)
+        if args.cfg:
+            return print_config(cfg, args.package, args.resolve)
+        composed = composed_from(project, cfg, args.overrides)
     if composed.kind == "pipeline":
         return _pipeline(composed, args.rerun, quiet=args.quiet)
     if args.rerun:
@@ -254,6 +267,42 @@ def run_command(argv: Sequence[str]) -> int:
     if composed.kind == "sweep":
         return _sweep(composed.prepared_sweep())
     return _run(composed.prepared(), quiet=args.quiet)
+
+
+def _from_config_file(args: argparse.Namespace) -> Composed:
+    """``--config-file FILE``: its config validated against the schema, ``KEY=VALUE`` edits
+    applied, its project the working directory."""
+    import yaml
+
+    from paiexp._jobs import Composed
+    from paiexp.compose import from_yaml
+
+    for flag, given in (
+        ("--multirun", args.multirun),
+        ("--info", args.info),
+        ("--rerun", args.rerun),
+    ):
+        if given:
+            raise UserError(f"--config-file: {flag} composes from conf/; drop one of them")
+    path = Path(args.config_file)
+    try:
+        text = path.read_text(encoding="utf-8")
+        loaded = yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"--config-file: cannot read {path}: {exc}") from None
+    except yaml.YAMLError as exc:
+        problem = " ".join(str(exc).split())
+        raise UserError(f"--config-file: {path} is not valid YAML: {problem}") from None
+    backend = loaded.get("backend") if isinstance(loaded, dict) else None
+    if not isinstance(backend, dict) or not backend.get("name"):
+        raise UserError(
+            f"--config-file: {path} holds no whole config: expected job:, backend: (with its "
+            "name) and tracker:, as `python -m paiexp --cfg all` prints them"
+        )
+    composed = Composed(from_yaml(text, args.overrides), Path.cwd(), tuple(args.overrides))
+    if composed.kind == "pipeline":
+        raise UserError("--config-file: a pipeline runs from its project: +pipeline=NAME")
+    return composed
 
 
 def rerun_command(argv: Sequence[str]) -> int:

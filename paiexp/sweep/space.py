@@ -122,6 +122,24 @@ class SearchSpace:
         return point
 
 
+def written(value: Any) -> Any:
+    """A parameter as ``sweep.params`` writes it: an Optuna distribution (the Python API's
+    ``space=``) in the structured spelling, anything else as given (checked by
+    :func:`parse_space`)."""
+    kind = type(value).__name__
+    if not type(value).__module__.startswith("optuna."):
+        return value
+    if kind == "CategoricalDistribution":
+        return {"type": "categorical", "choices": list(value.choices)}
+    if kind in ("FloatDistribution", "IntDistribution"):
+        spec = {"type": kind.removesuffix("Distribution").lower(), "low": value.low}
+        spec.update(high=value.high, log=value.log)
+        if value.step is not None:
+            spec["step"] = value.step
+        return spec
+    return value
+
+
 def parse_space(params: Mapping[str, Any]) -> SearchSpace:
     """Parse ``sweep.params``; a bad entry is a UserError naming ``sweep.params.NAME``.
 
