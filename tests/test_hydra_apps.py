@@ -365,6 +365,7 @@ def test_on_a_platform_each_job_runs_in_its_container_and_its_outputs_come_back(
     }
 
 
+@pytest.mark.timeout(600)  # deadlines for a busy machine: each wait below ends on its event
 def test_ctrl_c_stops_every_job_of_the_multirun_and_ends_their_runs(app: Path) -> None:
     gates = Gates(app / "gates")
     held_in = f"+hydra.launcher.job.environments.GATES={gates.directory}"
@@ -377,9 +378,9 @@ def test_ctrl_c_stops_every_job_of_the_multirun_and_ends_their_runs(app: Path) -
         text=True,
     )
     try:
-        held = gates.wait_held(2)  # the premise: both jobs running when Ctrl-C comes
+        held = gates.wait_held(2, timeout=300)  # the premise: both jobs run when Ctrl-C comes
         launcher.send_signal(signal.SIGINT)
-        output, _ = launcher.communicate(timeout=120)
+        output, _ = launcher.communicate(timeout=180)
     finally:
         launcher.kill()
     assert launcher.returncode != 0, output
