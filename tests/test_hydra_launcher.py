@@ -6,14 +6,20 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hydra.core.singleton import Singleton
 from hydra.test_utils.launcher_common_tests import IntegrationTestSuite, LauncherTestSuite
+from hydra.version import VersionBase
 from image_tags import hydra_image_tag
 
 
 @pytest.fixture(autouse=True)
-def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test's launcher in a directory of its own: its code snapshot, its MLflow store."""
+def _as_in_a_fresh_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's launcher in a directory of its own (its code snapshot, its MLflow store),
+    and Hydra's version base unset, as in the fresh process Hydra's suites assume: paiexp's
+    own composition in this process (``version_base="1.3"``) would have turned off the
+    change of working directory those suites expect of an app that names none."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(Singleton._instances, VersionBase, raising=False)
 
 
 @pytest.mark.parametrize("launcher_name, overrides", [("paiexp", [])])
