@@ -592,6 +592,24 @@ def run_prepared_sweep(prepared: PreparedSweep, progress: Progress | None = None
     return Launcher(prepared, shown).run()
 
 
+def run_shown_sweep(prepared: PreparedSweep) -> SweepOutcome:
+    """Run a checked sweep here to its end, its progress and its summary shown (the command
+    line's way)."""
+    from paiexp.sweep.progress import Progress, print_summary
+
+    progress = Progress(prepared.sweep.n_trials, prepared.objectives)
+    outcome = run_prepared_sweep(prepared, progress)
+    print_summary(
+        progress.console,
+        outcome,
+        prepared.objectives,
+        prepared.storage,
+        prepared.study_name,
+        prepared.base_dir,
+    )
+    return outcome
+
+
 def _until_open(handle: Sweep) -> None:
     """Wait until the launcher has opened its study (so the handle reads it at once); a
     launcher that ended first is an error naming the last line it printed."""

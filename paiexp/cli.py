@@ -582,19 +582,9 @@ def _multirun(project: Project, overrides: Sequence[str]) -> int:
 
 
 def _sweep(prepared: PreparedSweep) -> int:
-    from paiexp._sweeps import run_prepared_sweep
-    from paiexp.sweep.progress import Progress, print_summary
+    from paiexp._sweeps import run_shown_sweep
 
-    progress = Progress(prepared.sweep.n_trials, prepared.objectives)
-    outcome = run_prepared_sweep(prepared, progress)
-    print_summary(
-        progress.console,
-        outcome,
-        prepared.objectives,
-        prepared.storage,
-        prepared.study_name,
-        prepared.base_dir,
-    )
+    outcome = run_shown_sweep(prepared)
     if outcome.interrupted:
         return EXIT_INTERRUPTED
     return EXIT_JOB_FAILED if outcome.failed or not outcome.completed else 0

@@ -21,6 +21,8 @@ from paiexp.spec import JobSpec
 from paiexp.tensorboard_scalars import ScalarReader
 
 LOG_TAIL_LINES = 50
+# labels a job that writes no model by design with (a Hydra app's): no warning when it writes none
+NO_MODEL_LABEL = ("paiexp-model", "none")
 
 
 def job_log(base_dir: Path, job_name: str) -> Path:
@@ -125,6 +127,8 @@ class JobMonitor:
         outputs = self.backend.outputs(self.handle)
         empty = self.model_left_empty(status, outputs)
         own = empty and self.logged_its_own_model()
+        key, value = NO_MODEL_LABEL
+        warn_empty = empty and not own and self.spec.labels.get(key) != value
         unreported = self.scalars.missing()
         return JobResult(
             handle=self.handle,
@@ -146,7 +150,7 @@ class JobMonitor:
                     for name, why in unreported.items()
                     if status.state is JobState.SUCCEEDED
                 ),
-                *([self.empty_model_warning(outputs["model"])] if empty and not own else []),
+                *([self.empty_model_warning(outputs["model"])] if warn_empty else []),
             ],
             model_empty=empty,
             unreported=unreported,

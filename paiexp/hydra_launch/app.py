@@ -65,6 +65,15 @@ def app_entry(task_function: Callable[..., Any], code_dir: Path) -> AppEntry | N
         ) from None
 
 
+def source_dir(cwd: Path, configured: str | None) -> Path:
+    """The app's code: ``job.source_dir`` (relative to ``cwd``), or ``cwd``, the directory the
+    app started in."""
+    path = (cwd / configured) if configured else cwd
+    if not path.is_dir():
+        raise UserError(f"job.source_dir: {str(path)!r} is not a directory")
+    return path.resolve()
+
+
 def snapshot_code(source_dir: Path, dest: Path) -> Path:
     """A copy of the app's code in ``dest`` (once per multirun: its jobs run the same code,
     whatever is edited meanwhile), without VCS data, caches, local state or Hydra outputs."""

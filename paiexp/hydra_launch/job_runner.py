@@ -29,6 +29,8 @@ from typing import Any
 RESULT_FILE = "result.pkl"
 WORKDIR = "workdir"  # under the output channel: the job's output directory on a remote backend
 OUTPUT_VARIABLE = "PAI_OUTPUT_HYDRA"
+TRIAL_VARIABLE = "PAIEXP_TRIAL_NUMBER"  # set by paiexp's sweeps in each trial's job
+REPORT_PREFIX = "paiexp-hydra: "  # a trial's objective values, as log lines
 
 
 def main(argv: list[str]) -> int:
@@ -38,13 +40,16 @@ def main(argv: list[str]) -> int:
     job["code_dir"] = os.getcwd()  # the job's code: where the backend starts its command
     if job["cwd"]:
         os.chdir(job["cwd"])
+    if "objectives" in job:  # a trial of a sweep: its number and its point from paiexp
+        _as_trial(job)
     run_dir = job["run_dir"] or str(output / WORKDIR)
     outcome: dict[str, Any] | None
+    returned: list[Any] = []
     try:
         if job["mode"] == "function":
             outcome = _outcome(_run_function(job_file.parent / job["payload"], run_dir, job))
         else:
-            outcome = _run_app(job, run_dir)
+            outcome = _run_app(job, run_dir, returned)
     except (
         BaseException
     ) as exc:  # the app's own failure outside its task (its import, Hydra's checks)
@@ -53,8 +58,48 @@ def main(argv: list[str]) -> int:
     if outcome is None:
         _write(output, _failure(None, "the app ran no Hydra task (is it a @hydra.main app?)"))
         return 1
+    if "objectives" in job and outcome["status"] == "COMPLETED":
+        refusal = _report(returned[-1], job["objectives"])
+        if refusal is not None:
+            print(f"paiexp: error: {refusal}", file=sys.stderr, flush=True)
+            outcome = _failure(None, refusal)
     _write(output, outcome)
     return 0 if outcome["status"] == "COMPLETED" else 1
+
+
+def _as_trial(job: dict[str, Any]) -> None:
+    """A sweep's trial: Hydra's job number is the trial's, its directory the trial's under
+    the sweep's (where it runs on this host), its point the app's overrides, as
+    hydra-optuna-sweeper writes them (``name=value``)."""
+    number = int(os.environ.get(TRIAL_VARIABLE, "0"))
+    job["num"] = number
+    job["id"] = str(number)
+    if job["sweep_dir"]:
+        job["run_dir"] = str(Path(job["sweep_dir"], str(number)))
+    point = json.loads(os.environ.get("PAI_HPS", "{}"))
+    searched = set(job["searched"])  # the rest were drawn by the app's custom search space:
+    job["overrides"] = [  # set where its config has them, added where not
+        *job["overrides"],
+        *(f"{'' if name in searched else '++'}{name}={value}" for name, value in point.items()),
+    ]
+
+
+def _report(value: Any, names: list[str]) -> str | None:
+    """The task's return value as the log lines paiexp reads each objective from (one per
+    direction); why not, when it is no number or not one per direction."""
+    try:
+        values = [float(value)] if len(names) == 1 else [float(each) for each in value]
+    except (TypeError, ValueError):
+        wanted = "a number" if len(names) == 1 else f"a sequence of {len(names)} numbers"
+        return f"the task returned {value!r}; the sweep needs {wanted} (one per direction)"
+    if len(values) != len(names):
+        return (
+            f"the task returned {len(values)} values for {len(names)} directions "
+            "(hydra.sweeper.direction)"
+        )
+    for name, number in zip(names, values, strict=True):
+        print(f"{REPORT_PREFIX}{name}={number!r}", flush=True)
+    return None
 
 
 def _run_function(payload: Path, run_dir: str, job: dict[str, Any]) -> Any:
@@ -87,9 +132,9 @@ def _run_function(payload: Path, run_dir: str, job: dict[str, Any]) -> Any:
     )
 
 
-def _run_app(job: dict[str, Any], run_dir: str) -> dict[str, Any] | None:
+def _run_app(job: dict[str, Any], run_dir: str, returned: list[Any]) -> dict[str, Any] | None:
     """The app run again in Hydra's run mode; its job's outcome caught on its way out of
-    Hydra's ``run_job`` (None: the app ran none)."""
+    Hydra's ``run_job`` (None: the app ran none), its return value added to ``returned``."""
     import hydra._internal.hydra as hydra_internals
     import hydra.core.utils as hydra_utils
 
@@ -100,6 +145,7 @@ def _run_app(job: dict[str, Any], run_dir: str) -> dict[str, Any] | None:
     def catching(*args: Any, **kwargs: Any) -> Any:
         ret = run_job(*args, **kwargs)
         caught.append(_outcome(ret))  # now, while the app is __main__: its classes pickle
+        returned.append(ret._return_value)
         return ret
 
     hydra_internals.run_job = hydra_utils.run_job = catching
@@ -128,13 +174,15 @@ def _run_app(job: dict[str, Any], run_dir: str) -> dict[str, Any] | None:
 
 
 def _register_stubs(stubs: dict[str, dict[str, Any]]) -> None:
-    """Config nodes for ``hydra/launcher=paiexp`` and ``hydra/sweeper=paiexp``: an app whose
-    defaults select them composes where paiexp is not installed (run mode uses neither)."""
+    """Config nodes for ``hydra/launcher=paiexp``, ``hydra/sweeper=paiexp`` and its samplers:
+    an app whose defaults select them composes where paiexp is not installed (run mode uses
+    none of them)."""
     from hydra.core.config_store import ConfigStore
 
     store = ConfigStore.instance()
-    for group, node in stubs.items():
-        store.store(group=group, name="paiexp", node=node, provider="paiexp")
+    for group, nodes in stubs.items():
+        for name, node in nodes.items():
+            store.store(group=group, name=name, node=node, provider="paiexp")
 
 
 def _quoted(value: str) -> str:

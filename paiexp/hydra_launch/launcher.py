@@ -35,10 +35,12 @@ from hydra.errors import CompactHydraException
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from packaging.version import Version
 
+from paiexp.config import TrackerConfig
 from paiexp.errors import ConfigError, UserError
 from paiexp.hydra_launch import job_runner
-from paiexp.hydra_launch.app import AppEntry, app_entry, snapshot_code
-from paiexp.hydra_launch.settings import LauncherJobConfig, PaiexpLauncherConf
+from paiexp.hydra_launch.app import AppEntry, app_entry, snapshot_code, source_dir
+from paiexp.hydra_launch.settings import LauncherJobConfig, PaiexpLauncherConf, backend_name
+from paiexp.monitor import NO_MODEL_LABEL
 
 if TYPE_CHECKING:
     from hydra.types import HydraContext
@@ -114,8 +116,7 @@ class MultirunLauncher:
 
     @property
     def backend_name(self) -> str:
-        backend = self.settings.backend
-        return str(backend if isinstance(backend, str) else backend.get("name", "local"))
+        return backend_name(self.settings.backend)
 
     def launch(
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
@@ -132,14 +133,11 @@ class MultirunLauncher:
     ) -> list[JobReturn]:
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
         state = sweep_dir / STATE_DIR / self.token  # another multirun may share the directory
-        first = not state.exists()
+        made = new_directories(state)
         try:
             entry, pending = self._prepare(job_overrides, initial_job_idx, state)
         except UserError:
-            if first:  # refused before anything ran: nothing of it is left behind
-                shutil.rmtree(state, ignore_errors=True)
-                with contextlib.suppress(OSError):
-                    state.parent.rmdir()
+            remove_directories(made)  # refused before anything ran: nothing of it is left
             raise
         log.info(f"Launching {len(pending)} jobs on backend={self.backend_name}")
         for job, overrides in zip(pending, job_overrides, strict=True):
@@ -172,9 +170,9 @@ class MultirunLauncher:
     ) -> tuple[AppEntry | None, list[PendingJob]]:
         """Every job of a batch composed and checked, before any is submitted."""
         state.mkdir(parents=True, exist_ok=True)
-        source_dir = self._source_dir()
-        entry = app_entry(self.task_function, source_dir)
-        snapshot = snapshot_code(source_dir, state / "code")
+        code = source_dir(self.cwd, self.settings.job.source_dir)
+        entry = app_entry(self.task_function, code)
+        snapshot = snapshot_code(code, state / "code")
         channels = state / "jobs"  # one input channel each: a backend uploads only its own
         channels.mkdir(exist_ok=True)
         template = self._job_template(snapshot, channels)
@@ -184,47 +182,15 @@ class MultirunLauncher:
         ]
         return entry, pending
 
-    def _source_dir(self) -> Path:
-        configured = self.settings.job.source_dir
-        path = (self.cwd / configured) if configured else self.cwd
-        if not path.is_dir():
-            raise UserError(f"job.source_dir: {str(path)!r} is not a directory")
-        return path.resolve()
-
     def _job_template(self, snapshot: Path, channel: Path) -> Composed:
-        """The multirun's paiexp job, checked as ``paiexp.job(...)`` checks one: every job of
-        it differs only in its name and its command."""
-        from paiexp._jobs import job
-
-        settings: LauncherJobConfig = self.settings.job
-        inputs = dict(settings.inputs)
-        outputs = dict(settings.outputs)
-        for reserved, given in ((inputs, "inputs"), (outputs, "outputs")):
-            if CHANNEL in reserved:
-                raise UserError(
-                    f"job.{given}.{CHANNEL}: the channel is the launcher's own; "
-                    "name yours otherwise"
-                )
-        return job(
-            command="true",
-            name="hydra",
-            source_dir=str(snapshot),
-            image=settings.image,
-            instance_type=settings.instance_type,
-            instance_count=settings.instance_count,
-            job_type=settings.job_type.value if settings.job_type else None,
-            inputs={**inputs, CHANNEL: str(channel)},
-            outputs={**outputs, CHANNEL: None},
-            environments=settings.environments,
-            requirements=settings.requirements,
-            max_run_time=settings.max_run_time,
-            metric_definitions=[vars(d) for d in settings.metric_definitions],
-            tensorboard=vars(settings.tensorboard),
-            labels=settings.labels,
-            checkpoints=settings.checkpoints,
-            backend=self.settings.backend,
-            tracker=vars(self.settings.tracker),
-            project=self.cwd,
+        """The multirun's paiexp job: every job of it differs only in its name and command."""
+        return job_template(
+            self.settings.job,
+            self.settings.backend,
+            self.settings.tracker,
+            snapshot,
+            channel,
+            self.cwd,
         )
 
     def _pending(
@@ -270,22 +236,16 @@ class MultirunLauncher:
                 mode="app",
                 entry=entry.as_json(),
                 overrides=list(ret.overrides or ()),
-                hydra_overrides=self._rerun_hydra_overrides(),
-                stubs=_stubs(),
+                hydra_overrides=rerun_hydra_overrides(self.config),
+                stubs=stubs(),
             )
         (channel / JOB_FILE).write_text(json.dumps(description), encoding="utf-8")
         cfg = copy.deepcopy(template.cfg)
         cfg.job.inputs[CHANNEL] = str(channel)
         cfg.job.name = self._job_name(num, ret.task_name or "app")
-        python = self.settings.job.python
-        cfg.job.command = f'{python} "$PAI_INPUT_HYDRA/{RUNNER_FILE}" "$PAI_INPUT_HYDRA/{JOB_FILE}"'
+        cfg.job.command = runner_command(self.settings.job.python)
         prepared = prepare_config(cfg, template.base_dir, tuple(ret.overrides or ()))
         return PendingJob(num, ret, output_dir, prepared)
-
-    def _rerun_hydra_overrides(self) -> list[str]:
-        given = OmegaConf.to_container(self.config.hydra.overrides.hydra)
-        assert isinstance(given, list)
-        return [str(item) for item in given if not NOT_RERUN.match(str(item))]
 
     def _job_name(self, num: int, task_name: str) -> str:
         base = self.settings.job.name or task_name
@@ -419,6 +379,79 @@ def job_return(config: DictConfig) -> tuple[JobReturn, Path]:
         hydra_config.cfg = previous
 
 
+def new_directories(path: Path) -> list[Path]:
+    """``path`` and those of its parents that do not exist yet, deepest first."""
+    return [each for each in (path, *path.parents) if not each.exists()]
+
+
+def remove_directories(made: list[Path]) -> None:
+    """Remove what :func:`new_directories` listed (the first with what it holds), as far up
+    as they are empty: another run may have put something in one meanwhile."""
+    if made:
+        shutil.rmtree(made[0], ignore_errors=True)
+    for directory in made[1:]:
+        with contextlib.suppress(OSError):
+            directory.rmdir()
+
+
+def job_template(
+    settings: LauncherJobConfig,
+    backend: Any,
+    tracker: TrackerConfig,
+    snapshot: Path,
+    channel: Path,
+    project: Path,
+    *,
+    command: str = "true",
+    metric_definitions: Sequence[dict[str, str]] = (),
+) -> Composed:
+    """The paiexp job each job (or trial) is, checked as ``paiexp.job(...)`` checks one: the
+    app's code snapshot, the launcher's ``hydra`` channels and ``hydra.launcher.job``'s (or
+    ``hydra.sweeper.job``'s) fields."""
+    from paiexp._jobs import job
+
+    inputs = dict(settings.inputs)
+    outputs = dict(settings.outputs)
+    for reserved, given in ((inputs, "inputs"), (outputs, "outputs")):
+        if CHANNEL in reserved:
+            raise UserError(
+                f"job.{given}.{CHANNEL}: the channel is the launcher's own; name yours otherwise"
+            )
+    return job(
+        command=command,
+        name="hydra",
+        source_dir=str(snapshot),
+        image=settings.image,
+        instance_type=settings.instance_type,
+        instance_count=settings.instance_count,
+        job_type=settings.job_type.value if settings.job_type else None,
+        inputs={**inputs, CHANNEL: str(channel)},
+        outputs={**outputs, CHANNEL: None},
+        environments=settings.environments,
+        requirements=settings.requirements,
+        max_run_time=settings.max_run_time,
+        metric_definitions=[*(vars(d) for d in settings.metric_definitions), *metric_definitions],
+        tensorboard=vars(settings.tensorboard),
+        labels={**settings.labels, NO_MODEL_LABEL[0]: NO_MODEL_LABEL[1]},
+        checkpoints=settings.checkpoints,
+        backend=backend,
+        tracker=vars(tracker),
+        project=project,
+    )
+
+
+def runner_command(python: str) -> str:
+    """The command of a job that runs ``job_runner.py`` from its ``hydra`` input channel."""
+    return f'{python} "$PAI_INPUT_HYDRA/{RUNNER_FILE}" "$PAI_INPUT_HYDRA/{JOB_FILE}"'
+
+
+def rerun_hydra_overrides(config: DictConfig) -> list[str]:
+    """The command line's Hydra overrides that a job's re-run of the app gets."""
+    given = OmegaConf.to_container(config.hydra.overrides.hydra)
+    assert isinstance(given, list)
+    return [str(item) for item in given if not NOT_RERUN.match(str(item))]
+
+
 def _portable(config: DictConfig) -> DictConfig:
     """A job's config that unpickles where paiexp is not installed: its ``hydra.launcher``
     node plain (its schema, paiexp's own class, would be looked up there)."""
@@ -463,13 +496,20 @@ def _write_payload(path: Path, payload: object) -> None:
     partial.replace(path)
 
 
-def _stubs() -> dict[str, dict[str, Any]]:
-    """This launcher's config, and one for the sweeper, for an app whose defaults name them."""
-    launcher = OmegaConf.to_container(OmegaConf.structured(PaiexpLauncherConf))
-    assert isinstance(launcher, dict)
+def stubs() -> dict[str, dict[str, Any]]:
+    """Config nodes, by group and name, for an app whose defaults select paiexp's launcher or
+    sweeper (and a sampler, as hydra-optuna-sweeper's apps do): plain, no paiexp class."""
+    from paiexp.hydra_launch.settings import SAMPLER_CONFS, PaiexpSweeperConf
+
+    def plain(node: Any) -> dict[str, Any]:
+        tree = OmegaConf.to_container(OmegaConf.structured(node), enum_to_str=True)
+        assert isinstance(tree, dict)
+        return {str(key): value for key, value in tree.items()}
+
     return {
-        "hydra/launcher": {str(key): value for key, value in launcher.items()},
-        "hydra/sweeper": {},
+        "hydra/launcher": {"paiexp": plain(PaiexpLauncherConf)},
+        "hydra/sweeper": {"paiexp": plain(PaiexpSweeperConf)},
+        "hydra/sweeper/sampler": {name: plain(conf) for name, conf in SAMPLER_CONFS.items()},
     }
 
 

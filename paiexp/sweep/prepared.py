@@ -29,7 +29,9 @@ from paiexp.tracker_uri import check_tracker, tracking_uri
 from paiexp.tracking import check_tracking_server
 
 if TYPE_CHECKING:
-    from optuna import Study
+    from collections.abc import Callable
+
+    from optuna import Study, Trial
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,8 @@ class PreparedSweep:
     prices: Prices
     budget: Budget | None  # sweep.max_cost / max_instance_hours
     projection: Projection  # the most the sweep can cost
+    # draws more of each trial's parameters once the space's are (a define-by-run space)
+    extend_trial: Callable[[Trial], None] | None = None
 
 
 def prepare_sweep(

@@ -82,7 +82,10 @@ class SearchSpace:
     @staticmethod
     def config_key(name: str) -> str:
         """The config key a parameter sets."""
-        return name if name.startswith(SWEPT_PREFIXES) else f"job.hyperparameters.{name}"
+        if name.startswith(SWEPT_PREFIXES):
+            return name
+        # a define-by-run parameter may be named as a Hydra addition (``+w``): its value's key
+        return f"job.hyperparameters.{name.lstrip('+')}"
 
     def fixed(self) -> dict[str, Scalar]:
         return {n: p.value for n, p in self.params.items() if isinstance(p, FixedParam)}

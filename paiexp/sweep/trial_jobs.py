@@ -33,8 +33,12 @@ from paiexp.sweep.records import (
     RETRIED,
     job_name,
 )
+from paiexp.sweep.space import SearchSpace
 from paiexp.sweep.tracking_messages import TrialRecord
+from paiexp.sweep.trials import HYPERPARAMETERS
 from paiexp.tracking import TRIAL_STATE_TO_RUN_STATUS
+
+TRIAL_VARIABLE = "PAIEXP_TRIAL_NUMBER"  # in each trial's job: the number of its trial
 
 if TYPE_CHECKING:
     from optuna import Study, Trial
@@ -87,6 +91,7 @@ class TrialJobs:
         self.n_trials = prepared.sweep.n_trials
         self.objectives = prepared.objectives
         self.distributions = prepared.space.distributions()
+        self.extend_trial = prepared.extend_trial
         self.prices = prepared.prices
         self.limit = prepared.budget  # sweep.max_cost / max_instance_hours
         self.unlabelled: dict[str, JobHandle] = {}  # jobs not yet told their run's id
@@ -106,7 +111,11 @@ class TrialJobs:
         ``checkpoints``: those of the lost job it re-runs, to start from."""
         spec = self.builder.spec(params, name)
         labels = {"paiexp-study": self.study_name, "paiexp-trial": str(number)}
-        spec = dataclasses.replace(spec, labels={**spec.labels, **labels})
+        spec = dataclasses.replace(
+            spec,
+            labels={**spec.labels, **labels},
+            environments={**spec.environments, TRIAL_VARIABLE: str(number)},
+        )
         return dataclasses.replace(spec, checkpoints=checkpoints) if checkpoints else spec
 
     def record(self, params: dict[str, Any], spec: JobSpec) -> TrialRecord:
@@ -132,6 +141,12 @@ class TrialJobs:
                 return None
             if not self.lease.claim(trial_id(trial), None):
                 return None  # adopted first: only by a launcher that found it ownerless long
+        if self.extend_trial is not None:
+            try:
+                self.extend_trial(trial)
+            except Exception as exc:  # the user's search-space code: this trial cannot run
+                self.fail(trial, f"the custom search space failed: {type(exc).__name__}: {exc}")
+                return None
         return self.launch(trial, name=self.job_name(trial.number))
 
     def launch(
@@ -349,12 +364,17 @@ class TrialJobs:
                 "paiexp.best_trial": str(best[0].number),
                 "paiexp.best_value": repr(best[0].values[0]),
             }
-            tags.update({f"paiexp.best.{k}": str(v) for k, v in best[0].params.items()})
+            tags.update({f"paiexp.best.{_key(k)}": str(v) for k, v in best[0].params.items()})
             best_job = best[0].user_attrs.get(JOB_NAME)
         else:
             metrics["pareto_front_size"] = float(len(best))
             tags = {"paiexp.best_trials": ",".join(str(t.number) for t in best)}
         self.tracker.update_best(metrics, len(complete), tags, best_job)
+
+
+def _key(param: str) -> str:
+    """A parameter's name as MLflow keys take it: its config key's (``+w``: ``w``)."""
+    return SearchSpace.config_key(param).removeprefix(HYPERPARAMETERS)
 
 
 def lost(flight: InFlight, result: JobResult) -> float:
