@@ -14,6 +14,8 @@ from nbclient import NotebookClient
 from pipeline_helpers import starter_project
 from sweep_helpers import load_study
 
+from paiexp.tracking import STUDY_NAME_TAG
+
 N_TRIALS = 8
 
 
@@ -63,10 +65,19 @@ def test_the_example_notebook_runs_top_to_bottom(
     (parent,) = [
         r
         for r in mlflow_client(root).search_runs(["1"])
-        if r.data.tags.get("paiexp.kind") == "sweep"
+        if r.data.tags.get("paiexp.kind") == "sweep" and r.data.tags[STUDY_NAME_TAG] == "xgb"
     ]
     assert value == study.best_value == parent.data.metrics["best_test-auc"]
 
     scored = re.search(r"test AUC of the best model: ([0-9.]+)", shown[5])
     assert scored, shown[5]
     assert float(scored.group(1)) == pytest.approx(value, abs=1e-6)  # the trial's own metric
+
+    # the sweep defined in the notebook: a job and a space, no sweeps/ file
+    defined = re.search(r"xgb-defined: best test-auc ([0-9.]+) with (\{.*\})", shown[6])
+    assert defined, shown[6]
+    study = load_study(root, "xgb-defined")
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 4
+    assert float(defined.group(1)) == study.best_value
+    assert defined.group(2) == str(study.best_trial.params)
+    assert not (root / "sweeps" / "xgb-defined.yaml").exists()
