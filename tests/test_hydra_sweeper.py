@@ -332,6 +332,38 @@ def test_the_two_objective_example_finds_a_pareto_front(examples: Path, backend:
         assert not any(dominates(b["values"], a["values"]) for b in solutions)
 
 
+def test_on_pai_each_trial_runs_in_a_container_without_paiexp_its_directory_back(
+    examples: Path, tmp_path: Path, hydra_image: str
+) -> None:
+    """The PAI emulator: each trial a PAI job in a container that has Hydra but no paiexp,
+    its Hydra directory back from OSS."""
+    from emulator import Emulator
+    from test_hydra_apps import launcher_config
+    from test_pai_backend import pai_env, pai_overrides
+
+    with Emulator(tmp_path / "cloud", local_images={"default": hydra_image}) as cloud:
+        config = yaml.safe_load(BINH_AND_KORN_CONFIG)
+        config["hydra"]["sweeper"].update(launcher_config(pai_overrides(cloud)))
+        (examples / "multi-objective-conf" / "config.yaml").write_text(yaml.safe_dump(config))
+        done = sweep(
+            examples,
+            "multi-objective.py",
+            "hydra.sweeper.n_trials=2",
+            "hydra.sweeper.n_jobs=2",
+            "hydra/sweeper/sampler=random",
+            env=pai_env(cloud),
+        )
+        assert done.returncode == 0, done.stderr
+        assert not cloud.pai.leaked_containers()
+    study = load(examples, "multi-objective")
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 2
+    for trial in study.trials:
+        overrides = examples / "multirun" / str(trial.number) / ".hydra/overrides.yaml"
+        x, y = trial.params["x"], trial.params["y"]
+        assert yaml.safe_load(overrides.read_text()) == [f"x={x}", f"y={y}"]
+        assert trial.values == [4 * x**2 + 4 * y**2, (x - 5) ** 2 + (y - 5) ** 2]
+
+
 def test_a_custom_search_space_draws_more_parameters_for_each_trial(examples: Path) -> None:
     """Upstream's command: ``z`` drawn near ``x`` and ``+w`` (a key the config lacks)."""
     difference = 0.3
