@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import all_runs, assert_nothing_started, clean_env, wait_until
-from gates import Gates
+from gates import Gates, cleaned_up
 
 from paiexp.processes import process_alive
 from paiexp.tracking import KIND_TAG, PARENT_RUN_TAG
@@ -390,3 +390,37 @@ def test_ctrl_c_stops_every_job_of_the_multirun_and_ends_their_runs(app: Path) -
         wait_until(lambda pid=pid: not process_alive(pid, None), 30, f"job {pid} to end")
     runs = all_runs(app)
     assert sorted(run.info.status for run in runs) == ["KILLED"] * 3, output
+
+
+def test_every_job_runs_the_code_the_multirun_started_with_whatever_is_edited_meanwhile(
+    app: Path,
+) -> None:
+    """One job at a time: the first held at its gate while the app's file is edited; the
+    second, started after the edit, still runs the code as it was."""
+    gates = Gates(app / "gates")
+    (app / "drive.py").write_text(DRIVER)
+    launcher = subprocess.Popen(
+        [
+            sys.executable,
+            "drive.py",
+            "my_app.py",
+            "-m",
+            *LAUNCHED,
+            "hydra.launcher.parallelism=1",
+            f"+hydra.launcher.job.environments.GATES={gates.directory}",
+            "db.lr=8,0.5",
+        ],
+        cwd=app,
+        env=clean_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    with cleaned_up(gates, [launcher]):
+        held = gates.wait_held(1, timeout=300)
+        script = app / "my_app.py"
+        script.write_text(script.read_text().replace("cfg.db.lr * 2", "cfg.db.lr * 3"))
+        assert not (app / "multirun" / "1").exists()  # the premise: the second job not begun
+        gates.open(held)
+        assert launcher.wait(timeout=300) == 0
+    outcome = json.loads((app / "outcome.json").read_text())
+    assert [ret["score"] for ret in outcome["returns"][0]] == [16, 1.0]
