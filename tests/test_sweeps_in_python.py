@@ -13,7 +13,7 @@ from typing import Any
 import optuna
 import pytest
 from conftest import REPO, assert_nothing_started, assert_one_line_error, run_paiexp
-from sweep_helpers import JOB
+from sweep_helpers import JOB, load_study, synthetic_project
 
 import paiexp
 
@@ -128,3 +128,16 @@ def test_a_config_file_that_is_no_config_is_one_line(
     done = run_paiexp(tmp_path, "--config-file", str(config))
     assert message in assert_one_line_error(done)
     assert_nothing_started(tmp_path)
+
+
+def test_what_cfg_all_prints_runs_again_from_config_file_with_edits(tmp_path: Path) -> None:
+    root = synthetic_project(
+        tmp_path, {"params": {"x": "interval(0, 1)", "duration": 0.1, "steps": 2}, "n_trials": 2}
+    )
+    printed = run_paiexp(root, "+sweep=syn", "--cfg", "all")
+    assert printed.returncode == 0, printed.stderr
+    assert_nothing_started(root)  # printing ran nothing
+    (root / "all.yaml").write_text(printed.stdout)
+    done = run_paiexp(root, "--config-file", "all.yaml", "sweep.n_trials=3")
+    assert done.returncode == 0, done.stderr
+    assert [t.state.name for t in load_study(root).trials] == ["COMPLETE"] * 3
