@@ -140,6 +140,15 @@ class Postgres:
             self.log.close()
 
 
+def server_env() -> dict[str, str]:
+    """An MLflow server's environment: none of this process's ``MLFLOW_*``, and no job
+    execution (MLflow 3's huey consumers poll for jobs no test asks for, and outlive a server
+    stopped by its pid alone)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "false"
+    return env
+
+
 class MlflowServer:
     """``mlflow server`` on a backend store URI; stopped and started again on the same port
     (an outage), its runs kept in the store."""
@@ -164,7 +173,7 @@ class MlflowServer:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                env={k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")},
+                env=server_env(),
             )
         wait_until(self._healthy, timeout, f"mlflow server at {self.uri} to answer /health")
 

@@ -4,9 +4,11 @@ training" view, and the HTML of `paiexp report`."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import urllib.request
@@ -14,7 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import clean_env, mlflow_client, run_paiexp, wait_until
+from conftest import mlflow_client, run_paiexp, wait_until
+from servers import server_env
 from sweep_helpers import sweep_runs, synthetic_project
 
 pytestmark = pytest.mark.slow
@@ -112,7 +115,12 @@ def ui(swept: tuple[Path, str]) -> Iterator[tuple[str, str]]:
     port = free_port()
     argv = [*shlex.split(command.group(1)), "--port", str(port), "--workers", "1"]
     server = subprocess.Popen(
-        argv, cwd=root, env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        argv,
+        cwd=root,
+        env=server_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its workers stopped with it
     )
     base = f"http://127.0.0.1:{port}"
 
@@ -127,7 +135,7 @@ def ui(swept: tuple[Path, str]) -> Iterator[tuple[str, str]]:
         wait_until(answers, 120, "mlflow ui answering /health")
         yield base, "http://127.0.0.1:5000"
     finally:
-        server.terminate()
+        os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
 
 
