@@ -332,6 +332,33 @@ def test_the_two_objective_example_finds_a_pareto_front(examples: Path, backend:
         assert not any(dominates(b["values"], a["values"]) for b in solutions)
 
 
+@pytest.mark.usefixtures("hydra_image")
+@pytest.mark.parametrize(
+    "script, study_name",
+    [("sphere.py", "sphere"), ("custom-search-space-objective.py", "custom-search-space")],
+)
+def test_the_other_examples_run_in_containers_as_they_are(
+    examples: Path, hydra_image: str, script: str, study_name: str
+) -> None:
+    """The sphere and the custom search space on docker (their apps import Optuna: the
+    image has it, as theirs would), two trials at once."""
+    done = sweep(
+        examples,
+        script,
+        "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.n_jobs=2",
+        "hydra.sweeper.backend=docker",
+        f"hydra.sweeper.job.image={hydra_image}",
+    )
+    assert done.returncode == 0, done.stderr
+    study = load(examples, study_name)
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 2
+    for trial in study.trials:
+        # each app returns the sum of its swept values' squares
+        assert trial.values == pytest.approx([sum(v**2 for v in trial.params.values())])
+        assert (examples / "multirun" / str(trial.number) / ".hydra" / "config.yaml").is_file()
+
+
 def test_on_pai_each_trial_runs_in_a_container_without_paiexp_its_directory_back(
     examples: Path, tmp_path: Path, hydra_image: str
 ) -> None:
