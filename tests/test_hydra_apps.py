@@ -319,11 +319,12 @@ def platform(
         yield openpai_overrides(server, hydra_image), openpai_env(server)
         return
     from emulator import Emulator
-    from test_pai_backend import pai_env, pai_overrides
+    from test_pai_backend import assert_code_uploaded_once, pai_env, pai_overrides
 
     with Emulator(tmp_path / "cloud", local_images={"default": hydra_image}) as cloud:
         yield pai_overrides(cloud), pai_env(cloud)
         assert not cloud.pai.leaked_containers()
+        assert_code_uploaded_once(cloud)  # the app's code, once for every job
 
 
 def launcher_config(overrides: list[str]) -> dict[str, Any]:

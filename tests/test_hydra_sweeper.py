@@ -362,11 +362,11 @@ def test_the_other_examples_run_in_containers_as_they_are(
 def test_on_pai_each_trial_runs_in_a_container_without_paiexp_its_directory_back(
     examples: Path, tmp_path: Path, hydra_image: str
 ) -> None:
-    """The PAI emulator: each trial a PAI job in a container that has Hydra but no paiexp,
-    its Hydra directory back from OSS."""
+    """The PAI emulator: the app's code uploaded once, each trial a PAI job in a container
+    that has Hydra but no paiexp, its Hydra directory back from OSS."""
     from emulator import Emulator
     from test_hydra_apps import launcher_config
-    from test_pai_backend import pai_env, pai_overrides
+    from test_pai_backend import assert_code_uploaded_once, pai_env, pai_overrides
 
     with Emulator(tmp_path / "cloud", local_images={"default": hydra_image}) as cloud:
         config = yaml.safe_load(BINH_AND_KORN_CONFIG)
@@ -382,6 +382,7 @@ def test_on_pai_each_trial_runs_in_a_container_without_paiexp_its_directory_back
         )
         assert done.returncode == 0, done.stderr
         assert not cloud.pai.leaked_containers()
+        assert_code_uploaded_once(cloud)  # the app's code, once for both trials
     study = load(examples, "multi-objective")
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 2
     for trial in study.trials:

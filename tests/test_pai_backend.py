@@ -79,6 +79,20 @@ def project_with_pai(root: Path) -> Path:
     return root
 
 
+def code_uploads(cloud: Emulator) -> Counter[str]:
+    """How often each object of the jobs' code (``training_src/``) was put into OSS."""
+    uploads = [r.path for r in cloud.log.records("oss") if r.method in ("PUT", "POST")]
+    return Counter(path for path in uploads if "training_src" in path)
+
+
+def assert_code_uploaded_once(cloud: Emulator) -> Counter[str]:
+    """The code's files and their marker were each put once, whatever the number of jobs."""
+    uploads = code_uploads(cloud)
+    assert uploads and set(uploads.values()) == {1}, uploads
+    assert sum(path.endswith(".paiexp-complete") for path in uploads) == 1, uploads
+    return uploads
+
+
 def created_jobs(cloud: Emulator) -> Counter[str]:
     """How many PAI jobs the emulator holds per TrainingJobName."""
     return Counter(job["TrainingJobName"] for job in cloud.jobs())
@@ -127,15 +141,11 @@ def test_xgb_sweep_on_pai(container_cloud: Emulator, tmp_path: Path) -> None:
     )
 
     log = cloud.log
-    uploads = [r.path for r in log.records("oss") if r.method in ("PUT", "POST")]
-    code_uploads = Counter(path for path in uploads if "training_src" in path)
-    # the code's files and their marker, each once for all six trials
-    assert set(code_uploads.values()) == {1}, code_uploads
-    assert sum(path.endswith(".paiexp-complete") for path in code_uploads) == 1
+    uploaded = assert_code_uploaded_once(cloud)  # for all six trials
     code_dirs = {json.dumps(job["AlgorithmSpec"]["CodeDir"]) for job in cloud.jobs()}
     (code_dir,) = [json.loads(text)["LocationValue"] for text in code_dirs]
     assert code_dir["Key"].endswith("/")  # a prefix of files, as the PAI SDK sends it
-    assert f"/{cloud.bucket}/{code_dir['Key']}train.py" in code_uploads
+    assert f"/{cloud.bucket}/{code_dir['Key']}train.py" in uploaded
     statuses = [r for r in log.records("pai", "ListTrainingJobs") if "Labels" in r.query]
     gets = log.records("pai", "GetTrainingJob")
     # status: one labelled listing per tick for all jobs, never one call per job
