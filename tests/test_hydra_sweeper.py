@@ -289,6 +289,18 @@ def test_the_starter_projects_hydra_app_sweeps_pruned_on_its_validation_loss(
     assert all(len(t.intermediate_values) >= 20 for t in study.trials)
     assert 0.95 < study.best_value == results(app)["best_value"]
 
+    # the objective a metric the job's log reports, by name, instead of the return value
+    done = sweep(
+        app,
+        "train.py",
+        "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.study_name=by-metric",
+        "hydra.sweeper.objective=test-auc",
+    )
+    assert done.returncode == 0, done.stderr
+    values = [t.value for t in load(app, "by-metric").trials]
+    assert len(values) == 2 and all(v == round(v, 6) > 0.95 for v in values)  # as printed
+
 
 @pytest.fixture(params=["local", "docker"])
 def backend(request: pytest.FixtureRequest) -> list[str]:
