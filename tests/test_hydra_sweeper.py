@@ -23,6 +23,7 @@ import yaml
 from conftest import all_runs, clean_env, wait_until
 from gates import Gates, cleaned_up
 from pipeline_helpers import starter_project
+from test_hydra_apps import launcher_config, platform  # noqa: F401 (a fixture)
 
 from paiexp.processes import process_alive
 from paiexp.sweep.records import OWNER
@@ -371,36 +372,32 @@ def test_the_other_examples_run_in_containers_as_they_are(
         assert (examples / "multirun" / str(trial.number) / ".hydra" / "config.yaml").is_file()
 
 
-def test_on_pai_each_trial_runs_in_a_container_without_paiexp_its_directory_back(
-    examples: Path, tmp_path: Path, hydra_image: str
+def test_on_a_platform_each_trial_runs_in_a_container_without_paiexp_its_directory_back(
+    examples: Path,
+    platform: tuple[list[str], dict[str, str]],  # noqa: F811 (test_hydra_apps' fixture)
 ) -> None:
-    """The PAI emulator: the app's code uploaded once, each trial a PAI job in a container
-    that has Hydra but no paiexp, its Hydra directory back from OSS."""
-    from emulator import Emulator
-    from test_hydra_apps import launcher_config
-    from test_pai_backend import assert_code_uploaded_once, pai_env, pai_overrides
-
-    with Emulator(tmp_path / "cloud", local_images={"default": hydra_image}) as cloud:
-        config = yaml.safe_load(BINH_AND_KORN_CONFIG)
-        config["hydra"]["sweeper"].update(launcher_config(pai_overrides(cloud)))
-        (examples / "multi-objective-conf" / "config.yaml").write_text(yaml.safe_dump(config))
-        done = sweep(
-            examples,
-            "multi-objective.py",
-            "hydra.sweeper.n_trials=2",
-            "hydra.sweeper.n_jobs=2",
-            "hydra/sweeper/sampler=random",
-            env=pai_env(cloud),
-        )
-        assert done.returncode == 0, done.stderr
-        assert not cloud.pai.leaked_containers()
-        assert_code_uploaded_once(cloud)  # the app's code, once for both trials
+    """The PAI emulator (the app's code uploaded once: see ``platform``) and a fake OpenPAI
+    cluster: each trial a job in a container that has Hydra but no paiexp, its Hydra
+    directory back from the platform's storage."""
+    overrides, env = platform
+    config = yaml.safe_load(BINH_AND_KORN_CONFIG)
+    config["hydra"]["sweeper"].update(launcher_config(overrides))
+    (examples / "multi-objective-conf" / "config.yaml").write_text(yaml.safe_dump(config))
+    done = sweep(
+        examples,
+        "multi-objective.py",
+        "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.n_jobs=2",
+        "hydra/sweeper/sampler=random",
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
     study = load(examples, "multi-objective")
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 2
     for trial in study.trials:
-        overrides = examples / "multirun" / str(trial.number) / ".hydra/overrides.yaml"
+        overrides_file = examples / "multirun" / str(trial.number) / ".hydra/overrides.yaml"
         x, y = trial.params["x"], trial.params["y"]
-        assert yaml.safe_load(overrides.read_text()) == [f"x={x}", f"y={y}"]
+        assert yaml.safe_load(overrides_file.read_text()) == [f"x={x}", f"y={y}"]
         assert trial.values == [4 * x**2 + 4 * y**2, (x - 5) ** 2 + (y - 5) ** 2]
 
 
@@ -584,3 +581,124 @@ def test_a_sweep_whose_launcher_was_sigkilled_finishes_when_launched_again_no_jo
     assert sorted(run["num"] for run in runs) == list(range(5)), f"jobs ran: {runs}"
     assert {run["num"]: run["x"] for run in runs} == {t.number: t.params["x"] for t in study.trials}
     assert results(tmp_path)["best_value"] == study.best_value
+
+
+def test_two_launchers_started_together_share_one_study(tmp_path: Path) -> None:
+    """Two Hydra processes sweeping the same study at once, each two trials at a time: every
+    trial run once, one MLflow parent for the study."""
+    (tmp_path / "gated.py").write_text(GATED)
+    (tmp_path / "config.yaml").write_text(GATED_CONFIG)
+    gates = Gates(tmp_path / "gates")
+    ledger = tmp_path / "ledger.jsonl"
+    env = clean_env(LEDGER=str(ledger), **gates.env())
+    launchers = [
+        subprocess.Popen(
+            [
+                *(sys.executable, "gated.py", "--multirun"),
+                f"hydra.sweep.dir=multirun-{index}",
+                "hydra.sweeper.n_trials=6",
+            ],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for index in range(2)
+    ]
+    with cleaned_up(gates, launchers):
+        gates.wait_held(4, timeout=240)  # the premise: both launchers run both their trials
+        owners = {t.user_attrs[OWNER] for t in load(tmp_path, "gated").trials}
+        assert len(owners) == 2, owners
+        with gates.all_open():
+            for launcher in launchers:
+                _, stderr = launcher.communicate(timeout=300)
+                assert launcher.returncode == 0, stderr
+    study = load(tmp_path, "gated")
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 6
+    runs = [json.loads(line) for line in ledger.read_text().splitlines()]
+    assert sorted(run["num"] for run in runs) == list(range(6)), f"jobs ran: {runs}"
+    all_of_them = all_runs(tmp_path)
+    parents = [r for r in all_of_them if r.data.tags.get("paiexp.kind") == "sweep"]
+    children = [r for r in all_of_them if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1 and len(children) == 6
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
+
+
+CURVE = """
+import os
+import time
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from tensorboardX import SummaryWriter
+
+
+@hydra.main(version_base=None, config_path=".", config_name="config")
+def curve(cfg):
+    writer = SummaryWriter(os.environ["PAI_OUTPUT_TENSORBOARD"])
+    for step in range(5):
+        writer.add_scalar("val/loss", cfg.x * (5 - step), step)
+    writer.close()  # its curve on disk, whole
+    held = Path(os.environ["GATES"], f"{HydraConfig.get().job.num}.held")
+    Path(f"{held}.partial").write_text(str(os.getpid()))
+    os.replace(f"{held}.partial", held)
+    while not held.with_suffix(".open").exists():  # running, its scalars written
+        time.sleep(0.05)
+    return cfg.x
+
+
+if __name__ == "__main__":
+    curve()
+"""
+CURVE_CONFIG = """
+defaults:
+  - override hydra/sweeper: paiexp
+
+hydra:
+  sweeper:
+    study_name: curve
+    n_trials: 2
+    n_jobs: 2
+    params:
+      x: interval(0, 1)
+    pruner:
+      name: median
+      metric: val_loss
+      options: {n_startup_trials: 10}
+    job:
+      tensorboard:
+        metrics: [{name: val_loss, tag: val/loss}]
+
+x: 0
+"""
+
+
+def test_the_pruner_reads_the_tensorboard_scalars_the_app_writes(tmp_path: Path) -> None:
+    """Each trial writes its curve, then is held running until the launcher has reported
+    every point to Optuna from the event file."""
+    (tmp_path / "curve.py").write_text(CURVE)
+    (tmp_path / "config.yaml").write_text(CURVE_CONFIG)
+    gates = Gates(tmp_path / "gates")
+    command = [sys.executable, "curve.py", "--multirun", "hydra.sweep.dir=multirun"]
+    launcher = subprocess.Popen(
+        command, cwd=tmp_path, env=clean_env(**gates.env()), stderr=subprocess.PIPE, text=True
+    )
+
+    def reported() -> bool:
+        trials = load(tmp_path, "curve").get_trials(deepcopy=False)
+        return len(trials) == 2 and all(len(t.intermediate_values) == 5 for t in trials)
+
+    with cleaned_up(gates, [launcher]):
+        held = gates.wait_held(2, timeout=240)
+        wait_until(reported, 120, "every point of both running trials reported")
+        assert all(t.state.name == "RUNNING" for t in load(tmp_path, "curve").trials)
+        gates.open(held)
+        _, stderr = launcher.communicate(timeout=300)
+        assert launcher.returncode == 0, stderr
+    study = load(tmp_path, "curve")
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 2
+    for trial in study.trials:
+        x = trial.params["x"]
+        assert trial.intermediate_values == pytest.approx({s: x * (5 - s) for s in range(5)})
