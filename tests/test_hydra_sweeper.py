@@ -646,7 +646,6 @@ def curve(cfg):
     os.replace(f"{held}.partial", held)
     while not held.with_suffix(".open").exists():  # running, its scalars written
         time.sleep(0.05)
-    return cfg.x
 
 
 if __name__ == "__main__":
@@ -659,6 +658,7 @@ defaults:
 hydra:
   sweeper:
     study_name: curve
+    objective: val_loss          # its last value, by name: the task returns nothing
     n_trials: 2
     n_jobs: 2
     params:
@@ -677,7 +677,8 @@ x: 0
 
 def test_the_pruner_reads_the_tensorboard_scalars_the_app_writes(tmp_path: Path) -> None:
     """Each trial writes its curve, then is held running until the launcher has reported
-    every point to Optuna from the event file."""
+    every point to Optuna from the event file; the objective is the curve, by name (the task
+    returns nothing)."""
     (tmp_path / "curve.py").write_text(CURVE)
     (tmp_path / "config.yaml").write_text(CURVE_CONFIG)
     gates = Gates(tmp_path / "gates")
@@ -702,3 +703,4 @@ def test_the_pruner_reads_the_tensorboard_scalars_the_app_writes(tmp_path: Path)
     for trial in study.trials:
         x = trial.params["x"]
         assert trial.intermediate_values == pytest.approx({s: x * (5 - s) for s in range(5)})
+        assert trial.value == pytest.approx(x)  # the objective: the curve's last point

@@ -58,7 +58,7 @@ def main(argv: list[str]) -> int:
     if outcome is None:
         _write(output, _failure(None, "the app ran no Hydra task (is it a @hydra.main app?)"))
         return 1
-    if "objectives" in job and outcome["status"] == "COMPLETED":
+    if job.get("objectives") and outcome["status"] == "COMPLETED":
         refusal = _report(returned[-1], job["objectives"])
         if refusal is not None:
             print(f"paiexp: error: {refusal}", file=sys.stderr, flush=True)

@@ -177,7 +177,7 @@ class AppSweep:
             "run_dir": None,
             "sweep_dir": str(sweep_dir) if local else None,
             "cwd": str(self.cwd) if local else None,
-            "objectives": returned or [RETURN_VALUE],
+            "objectives": returned,  # none: the objective is a metric, the value any
             "searched": [_app_param(name) for name in space.searched],
         }
         (channel / JOB_FILE).write_text(json.dumps(description), encoding="utf-8")
