@@ -22,6 +22,8 @@ OUTPUT_PARAMETERS_CHANNEL = "output_parameters"
 MLFLOW_STORE = "paiexp_mlflow"
 RESERVED_OUTPUTS = (OUTPUT_PARAMETERS_CHANNEL, MLFLOW_STORE)
 CODE_ALIAS = "code"
+# paiexp's own addition, not PAI's: in each job of a sweep's trial, the trial's number
+TRIAL_VARIABLE = "PAIEXP_TRIAL_NUMBER"
 CHANNEL_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 HYPERPARAMETER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 

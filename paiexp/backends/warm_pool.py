@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 import paiexp
+from paiexp.contract import TRIAL_VARIABLE
 
 PYTHON = re.compile(r"python(3(\.\d+)?)?")
 BACKLOG = 64  # runners that may wait for the warm interpreter's imports at once
@@ -83,14 +84,14 @@ class WarmInterpreters:
         if modules is None:
             return None
         modules = sorted({*modules, *self.extra_imports})
-        # Imported under the jobs' settings (thread counts above all); a job's own paths aside
-        # (the contract's PAI_*, its MLflow store's URI: any value naming its directory),
-        # which its fork gets with the rest of its environment.
+        # Imported under the jobs' settings (thread counts above all); a job's own values aside
+        # (the contract's PAI_*, its trial's number, its MLflow store's URI: any value naming
+        # its directory), which its fork gets with the rest of its environment.
         job_dir = str(code_dir.parent.parent)
         settings = {
             name: value
             for name, value in env.items()
-            if not name.startswith("PAI_") and job_dir not in value
+            if not name.startswith("PAI_") and name != TRIAL_VARIABLE and job_dir not in value
         }
         key = (tuple(modules), tuple(sorted(settings.items())))
         started = self.started.get(key)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from paiexp.backends import JobHandle, JobRejected, JobStatus
+from paiexp.contract import TRIAL_VARIABLE
 from paiexp.cost import RunCost, most, run_cost
 from paiexp.diskfull import disk_full
 from paiexp.errors import UserError
@@ -37,8 +38,6 @@ from paiexp.sweep.space import SearchSpace
 from paiexp.sweep.tracking_messages import TrialRecord
 from paiexp.sweep.trials import HYPERPARAMETERS
 from paiexp.tracking import TRIAL_STATE_TO_RUN_STATUS
-
-TRIAL_VARIABLE = "PAIEXP_TRIAL_NUMBER"  # in each trial's job: the number of its trial
 
 if TYPE_CHECKING:
     from optuna import Study, Trial
