@@ -171,6 +171,7 @@ def job(
     max_run_time: int | None = None,
     metric_definitions: Sequence[Mapping[str, str]] = (),
     tensorboard: Mapping[str, Any] | None = None,
+    mlflow_metrics: Sequence[str] = (),
     output_parameters: Sequence[str] = (),
     labels: Mapping[str, str] | None = None,
     checkpoints: str | None = None,
@@ -208,6 +209,7 @@ def job(
             for index, definition in enumerate(definitions)
         ],
         "tensorboard": _mapped("job.tensorboard", tensorboard),
+        "mlflow_metrics": _listed("job.mlflow_metrics", mlflow_metrics),
         "output_parameters": _listed("job.output_parameters", output_parameters),
         "labels": _mapped("job.labels", labels),
         "checkpoints": checkpoints,
@@ -360,6 +362,7 @@ def run_prepared(
             prepared.base_dir,
             echo=print if echo else None,
             prices=prices_of(prepared.config.backend),
+            direct=bool(prepared.config.tracker.job_uri),
         )
 
     if wait:

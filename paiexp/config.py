@@ -95,6 +95,9 @@ class JobConfig:
     max_run_time: int | None = None
     metric_definitions: list[MetricDefinition] = field(default_factory=list)
     tensorboard: TensorBoardConfig = field(default_factory=TensorBoardConfig)
+    # metrics the job logs with MLflow itself (mlflow.log_metric, autolog) that an objective,
+    # a pruner or a condition may name; read as the job runs (see paiexp.own_metrics)
+    mlflow_metrics: list[str] = field(default_factory=list)
     # the names the job writes to output_parameters/ (a pipeline's references are checked
     # against them and metric_definitions before anything runs)
     output_parameters: list[str] = field(default_factory=list)

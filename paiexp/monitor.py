@@ -12,15 +12,18 @@ from collections import deque
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from paiexp import job_mlflow
 from paiexp.backends.base import Backend, JobHandle, JobState, JobStatus
 from paiexp.cost import RunCost
 from paiexp.metrics import MetricExtractor, MetricPoint
+from paiexp.own_metrics import OwnMetricReader
 from paiexp.spec import JobSpec
 from paiexp.tensorboard_scalars import ScalarReader
 
 LOG_TAIL_LINES = 50
+OwnMetrics = Literal["logged", "read", "none"]  # see JobMonitor
 # labels a job that writes no model by design with (a Hydra app's): no warning when it writes none
 NO_MODEL_LABEL = ("paiexp-model", "none")
 
@@ -68,9 +71,15 @@ class JobMonitor:
         log_path: Path,
         echo: Callable[[str], None] | None = None,
         logged: Mapping[str, Collection[int]] | None = None,
+        own_metrics: OwnMetrics = "logged",
     ) -> None:
         """``logged``: the steps of each metric its run holds already (a re-attached job's
-        log is read from its start again; those steps are not logged twice)."""
+        log is read from its start again; those steps are not logged twice).
+        ``own_metrics``: what becomes of the metrics of the job's own MLflow calls: read from
+        its store and ``logged`` with the rest; ``read`` only (its store is merged into its
+        run, see :class:`paiexp.runs.OwnStore`); or ``none`` (its calls write its run
+        directly: there is no store to read)."""
+        self.own_metrics = own_metrics
         self.backend = backend
         self.logged = dict(logged or {})
         self.handle = handle
@@ -80,18 +89,27 @@ class JobMonitor:
         self.cursor = 0
         self.extractor = MetricExtractor(spec.metric_definitions)
         self.scalars = ScalarReader(spec.tensorboard, taken=self.extractor.series)
+        self.own = OwnMetricReader(
+            spec.mlflow_metrics if own_metrics != "none" else (),
+            taken=[*self.extractor.series, *(m.name for m in spec.tensorboard.metrics)],
+        )
         self.tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
         self.unlogged: list[MetricPoint] = []
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log_path.write_bytes(b"")
 
     def pull(self, *, final: bool = False) -> list[MetricPoint]:
-        """Read new log lines and TensorBoard scalars; returns the metric points they held."""
-        points = self._pull_log(final) + self.scalars.read(
-            self.backend.tensorboard_dir(self.handle, final=final)
-        )
-        self.unlogged.extend(p for p in points if p.step not in self.logged.get(p.name, ()))
-        return points
+        """Read new log lines, TensorBoard scalars and the job's own MLflow metrics; returns
+        the metric points they held."""
+        handle, backend = self.handle, self.backend
+        points = self._pull_log(final)
+        points += self.scalars.read(backend.tensorboard_dir(handle, final=final))
+        own = []
+        if self.own_metrics != "none":
+            own = self.own.read(backend.own_mlflow_dir(handle, final=final))
+        loggable = points + own if self.own_metrics == "logged" else points
+        self.unlogged.extend(p for p in loggable if p.step not in self.logged.get(p.name, ()))
+        return points + own
 
     def _pull_log(self, final: bool) -> list[MetricPoint]:
         chunk = self.backend.read_logs(self.handle, self.cursor, final=final)
@@ -117,7 +135,7 @@ class JobMonitor:
     def result(self, status: JobStatus) -> JobResult:
         """The job's outcome; call after a final :meth:`pull` once the job is terminal."""
         output_parameters = self.backend.output_parameters(self.handle)
-        extracted = {**self.extractor.final(), **self.scalars.final()}
+        extracted = {**self.own.final(), **self.extractor.final(), **self.scalars.final()}
         reported = self.backend.service_metrics(self.handle)
         mismatches = {
             name: (extracted[name], value)
@@ -129,14 +147,14 @@ class JobMonitor:
         own = empty and self.logged_its_own_model()
         key, value = NO_MODEL_LABEL
         warn_empty = empty and not own and self.spec.labels.get(key) != value
-        unreported = self.scalars.missing()
+        unreported = {**self.scalars.missing(), **self.own.missing()}
         return JobResult(
             handle=self.handle,
             status=status,
             # the platform's values fill in what the log (read client-side) missed
             metrics={**reported, **extracted, **output_parameters},
             mismatches=mismatches,
-            series={**self.extractor.series, **self.scalars.series},
+            series={**self.own.series, **self.extractor.series, **self.scalars.series},
             output_parameters=output_parameters,
             outputs=outputs,
             console_url=self.backend.console_url(self.handle),
@@ -146,7 +164,8 @@ class JobMonitor:
             warnings=[
                 *self.scalars.unreadable(),
                 *(
-                    f"TensorBoard metric {name!r}: {why}"
+                    f"{'MLflow' if name in self.own.declared else 'TensorBoard'} "
+                    f"metric {name!r}: {why}"
                     for name, why in unreported.items()
                     if status.state is JobState.SUCCEEDED
                 ),

@@ -10,6 +10,7 @@ resumable (multipart) upload, whose checkpoints live in the local cache.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -214,14 +215,17 @@ class OssTransfer:
                 seen.write_text(etag)
         return local
 
-    def mirror_growing(self, prefix: OssUri, dest: Path) -> None:
-        """Bring ``dest`` up to the objects under ``prefix``, for files that only grow (event
-        files a job appends to): only the bytes past a local copy's end are fetched; a copy
-        longer than its object (the object was replaced) is fetched whole again."""
+    def mirror_growing(
+        self, prefix: OssUri, dest: Path, wanted: Callable[[str], bool] | None = None
+    ) -> None:
+        """Bring ``dest`` up to the objects under ``prefix`` (``wanted``: those whose path
+        under it this says yes to), for files that only grow (event files a job appends to):
+        only the bytes past a local copy's end are fetched; a copy longer than its object (the
+        object was replaced) is fetched whole again."""
         bucket = self.bucket(prefix.bucket)
         base = prefix.as_dir().key
         for key, size in self.sizes(prefix.as_dir()).items():
-            if key.endswith("/"):
+            if key.endswith("/") or (wanted is not None and not wanted(key[len(base) :])):
                 continue
             target = inside(dest, key[len(base) :], name=f"oss://{prefix.bucket}/{key}")
             have = target.stat().st_size if target.is_file() else 0

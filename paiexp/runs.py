@@ -29,7 +29,7 @@ from paiexp.cost import Prices, prices_of, run_cost
 from paiexp.diskfull import disk_full
 from paiexp.errors import UserError
 from paiexp.metrics import unmatched_metrics
-from paiexp.monitor import JobMonitor, JobResult, job_log
+from paiexp.monitor import JobMonitor, JobResult, OwnMetrics, job_log
 from paiexp.record import make_record
 from paiexp.spec import JobSpec, build_spec
 from paiexp.terminal import say, warn
@@ -101,7 +101,15 @@ def execute(
     run_id, handle = submit(job, tracker, extra_tags=extra_tags)
     prices = prices_of(job.config.backend)
     result = follow(
-        job.backend, handle, job.spec, tracker, run_id, job.base_dir, echo=echo, prices=prices
+        job.backend,
+        handle,
+        job.spec,
+        tracker,
+        run_id,
+        job.base_dir,
+        echo=echo,
+        prices=prices,
+        direct=bool(job.config.tracker.job_uri),
     )
     return run_id, result
 
@@ -144,9 +152,11 @@ def follow(
     echo: Echo | None = print,
     logged: Mapping[str, Collection[int]] | None = None,
     prices: Prices | None = None,
+    direct: bool = False,
 ) -> JobResult:
     """Watch a submitted job until it ends, streaming metrics to its run, then close the run
     with what it cost (``prices``: the backend's, none by default: instance-hours only).
+    ``direct``: the job's own MLflow calls write its run (``tracker.job_uri``).
 
     A first Ctrl-C stops the job (the run ends KILLED); a second leaves it running, to be
     picked up again with ``paiexp attach JOB_NAME``.  ``logged``: the metric steps its run
@@ -154,7 +164,10 @@ def follow(
     """
     followed_since = time.time()
     log_path = job_log(base_dir, spec.name)
-    monitor = JobMonitor(backend, handle, spec, log_path, echo=echo, logged=logged)
+    own_metrics: OwnMetrics = "none" if direct else "read"
+    monitor = JobMonitor(
+        backend, handle, spec, log_path, echo=echo, logged=logged, own_metrics=own_metrics
+    )
     own = OwnStore(backend, handle, tracker, run_id, resumed=logged is not None)
     stopping = False
     last_flush, polled_at = time.monotonic(), -math.inf
@@ -296,6 +309,7 @@ def follow_again(
         echo=echo,
         logged=logged,
         prices=prices_of(stored.backend),
+        direct=bool(stored.tracker.job_uri),
     )
 
 

@@ -17,6 +17,7 @@ from paiexp import contract, job_mlflow
 from paiexp.confine import one_segment
 from paiexp.errors import UserError
 from paiexp.metrics import METRIC_NAME, MetricDefinition, definition_error
+from paiexp.own_metrics import parse_mlflow_metrics
 from paiexp.redact import redact_environments
 from paiexp.seconds import check_seconds
 from paiexp.tensorboard_scalars import TensorBoardScalars, parse_tensorboard
@@ -45,6 +46,7 @@ class JobSpec:
     max_run_time: int | None = None
     metric_definitions: tuple[MetricDefinition, ...] = ()
     tensorboard: TensorBoardScalars = field(default_factory=TensorBoardScalars)
+    mlflow_metrics: tuple[str, ...] = ()  # what the job logs with MLflow itself, declared
     labels: dict[str, str] = field(default_factory=dict)
     # the checkpoints the job starts from (an earlier job's): on PAI its checkpoints channel,
     # as the SDK's ``checkpoints_path``; elsewhere copied into its checkpoints directory
@@ -53,9 +55,11 @@ class JobSpec:
     @property
     def metric_names(self) -> list[str]:
         """The metrics the job declares (an objective, a pruner, a condition may name them):
-        its log's, then its TensorBoard scalars'."""
-        return [d.name for d in self.metric_definitions] + [
-            m.name for m in self.tensorboard.metrics
+        its log's, its TensorBoard scalars', then those of its own MLflow calls."""
+        return [
+            *(d.name for d in self.metric_definitions),
+            *(m.name for m in self.tensorboard.metrics),
+            *self.mlflow_metrics,
         ]
 
     @property
@@ -90,6 +94,7 @@ class JobSpec:
             MetricDefinition(**item) for item in values.get("metric_definitions", ())
         )
         values["tensorboard"] = TensorBoardScalars.from_dict(values.get("tensorboard") or {})
+        values["mlflow_metrics"] = tuple(values.get("mlflow_metrics", ()))
         return cls(**values)
 
 
@@ -114,6 +119,10 @@ def build_spec(job: Any, *, name: str, base_dir: Path) -> JobSpec:
         job.tensorboard.other_scalars,
         {d.name for d in metric_definitions},
     )
+    mlflow_metrics = parse_mlflow_metrics(
+        job.mlflow_metrics,
+        {d.name for d in metric_definitions} | {m.name for m in tensorboard.metrics},
+    )
     return JobSpec(
         name=name,
         command=job.command,
@@ -130,6 +139,7 @@ def build_spec(job: Any, *, name: str, base_dir: Path) -> JobSpec:
         max_run_time=job.max_run_time,
         metric_definitions=metric_definitions,
         tensorboard=tensorboard,
+        mlflow_metrics=mlflow_metrics,
         labels=_labels(job.labels),
         checkpoints=_checkpoints(job.checkpoints, base_dir),
     )

@@ -820,7 +820,7 @@ def _tags(values: Mapping[str, str | None]) -> list[Any]:
 def _metrics(points: Iterable[MetricPoint]) -> list[Any]:
     from mlflow.entities import Metric
 
-    return [Metric(p.name, p.value, int(p.timestamp * 1000), p.step) for p in points]
+    return [Metric(p.name, p.value, round(p.timestamp * 1000), p.step) for p in points]
 
 
 def _clip(value: str) -> str:

@@ -144,6 +144,9 @@ class FakeBackend:
     def tensorboard_dir(self, handle: JobHandle, *, final: bool = False) -> Path | None:
         return None  # a fake job writes no event files
 
+    def own_mlflow_dir(self, handle: JobHandle, *, final: bool = False) -> Path | None:
+        return None  # nor makes MLflow calls
+
     def console_url(self, handle: JobHandle) -> str | None:
         return None
 

@@ -59,6 +59,7 @@ def write_project(project: Path) -> None:
         "source_dir": "own",
         "hyperparameters": {"max_depth": 3, "eta": 0.5},
         "metric_definitions": [{"name": "score", "regex": r"score=([0-9.]+)"}],
+        "mlflow_metrics": ["own_metric"],  # declared: read as the job runs
     }
     (project / "conf" / "job" / f"{JOB}.yaml").write_text(yaml.safe_dump(job))
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 from conftest import REPO, wait_until
-from gates import Gates
+from gates import Gates, cleaned_up
 
 from paiexp.jsonfiles import read_json
 
@@ -42,6 +44,44 @@ def third_trial_pruned(params: dict[str, Any], worst_x: float = 2.9) -> dict[str
         "pruner": MEDIAN_PRUNER,
         "enqueue": [{"x": 0.0}, {"x": 0.1}, {"x": worst_x}],
     }
+
+
+def sweep_third_trial_pruned(
+    root: Path,
+    gates: Gates,
+    overrides: list[str],
+    env: dict[str, str],
+    job: dict[str, Any],
+    **params: Any,
+) -> Any:
+    """The synthetic job (``job`` over its settings, its gates ``gates``) swept in ``root`` as
+    :func:`third_trial_pruned` with ``params`` (``steps`` among them), each of the first two
+    trials let end once its steps are reported; returns the study, asserted to be pruned so."""
+    import pytest
+
+    project = synthetic_project(
+        root,
+        third_trial_pruned({"x": "interval(-3, 3)", **params}),
+        {**job, "environments": gates.env()},
+    )
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "paiexp", "+sweep=syn", *overrides],
+        cwd=project,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    with cleaned_up(gates, [launcher]):
+        let_end_once_reported(gates, project, params["steps"])
+        _, err = launcher.communicate(timeout=180)  # the third is held: only a stop ends it
+    assert launcher.returncode == 0, err
+    study = load_study(project)
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE", "PRUNED"]
+    assert study.trials[0].value == 0.0
+    assert study.trials[1].value == pytest.approx(0.01)
+    assert len(study.trials[2].intermediate_values) >= 2  # pruned past its warm-up step
+    return study
 
 
 def children_by_trial(root: Path) -> dict[str, Any]:

@@ -205,6 +205,14 @@ KEYWORD_MISTAKES: dict[str, tuple[dict[str, Any], str]] = {
         "job.hyperparameters: expected a mapping (a dict), got str 'lr=0.1'",
     ),
     "requirements a string": ({"requirements": "numpy"}, "job.requirements: expected a list"),
+    "mlflow metrics a string": ({"mlflow_metrics": "loss"}, "job.mlflow_metrics: expected a list"),
+    "mlflow metric a log metric": (
+        {
+            "metric_definitions": [{"name": "loss", "regex": "loss=(.*)"}],
+            "mlflow_metrics": ["loss"],
+        },
+        "job.mlflow_metrics[0]: metric name 'loss' is a job.metric_definitions",
+    ),
     "metric definition not a mapping": (
         {"metric_definitions": [5]},
         "job.metric_definitions[0]: expected a mapping",
@@ -239,10 +247,12 @@ def test_a_keyword_mistake_raises_config_error_naming_the_key(tmp_path: Path, mi
 
 
 def test_a_job_from_keyword_arguments_starts_from_checkpoints(tmp_path: Path) -> None:
-    """Every key of the job schema is a keyword: ``checkpoints`` too."""
+    """Every key of the job schema is a keyword: ``checkpoints`` and ``mlflow_metrics`` too."""
     (tmp_path / "earlier").mkdir()
     composed = paiexp.job(command="true", checkpoints="earlier", project=tmp_path)
     assert composed.spec.checkpoints == str(tmp_path / "earlier")
+    composed = paiexp.job(command="true", mlflow_metrics=["val/loss"], project=tmp_path)
+    assert composed.spec.mlflow_metrics == ("val/loss",)
     assert_nothing_started(tmp_path)
 
 

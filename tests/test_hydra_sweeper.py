@@ -20,7 +20,7 @@ from typing import Any
 import optuna
 import pytest
 import yaml
-from conftest import all_runs, clean_env, wait_until
+from conftest import all_runs, clean_env, mlflow_client, wait_until
 from gates import Gates, cleaned_up
 from pipeline_helpers import starter_project
 from test_hydra_apps import launcher_config, platform  # noqa: F401 (a fixture)
@@ -632,25 +632,47 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from tensorboardX import SummaryWriter
+{imports}
+
+
+def hold():
+    held = Path(os.environ["GATES"], f"{{HydraConfig.get().job.num}}.held")
+    Path(f"{{held}}.partial").write_text(str(os.getpid()))
+    os.replace(f"{{held}}.partial", held)
+    while not held.with_suffix(".open").exists():  # running, its curve written
+        time.sleep(0.05)
 
 
 @hydra.main(version_base=None, config_path=".", config_name="config")
 def curve(cfg):
-    writer = SummaryWriter(os.environ["PAI_OUTPUT_TENSORBOARD"])
-    for step in range(5):
-        writer.add_scalar("val/loss", cfg.x * (5 - step), step)
-    writer.close()  # its curve on disk, whole
-    held = Path(os.environ["GATES"], f"{HydraConfig.get().job.num}.held")
-    Path(f"{held}.partial").write_text(str(os.getpid()))
-    os.replace(f"{held}.partial", held)
-    while not held.with_suffix(".open").exists():  # running, its scalars written
-        time.sleep(0.05)
+{curve}
 
 
 if __name__ == "__main__":
     curve()
 """
+# how an app writes its curve (val_loss, 5 points), and how its sweep's job declares it
+CURVE_WRITERS = {
+    "tensorboard": (
+        "from tensorboardX import SummaryWriter",
+        """\
+    writer = SummaryWriter(os.environ["PAI_OUTPUT_TENSORBOARD"])
+    for step in range(5):
+        writer.add_scalar("val/loss", cfg.x * (5 - step), step)
+    writer.close()  # its curve on disk, whole
+    hold()""",
+        "tensorboard: {metrics: [{name: val_loss, tag: val/loss}]}",
+    ),
+    "mlflow": (
+        "import mlflow",
+        """\
+    with mlflow.start_run():  # as the app would on its own
+        for step in range(5):
+            mlflow.log_metric("val_loss", cfg.x * (5 - step), step=step)
+        hold()""",
+        "mlflow_metrics: [val_loss]",
+    ),
+}
 CURVE_CONFIG = """
 defaults:
   - override hydra/sweeper: paiexp
@@ -666,21 +688,22 @@ hydra:
     pruner:
       name: median
       metric: val_loss
-      options: {n_startup_trials: 10}
+      options: {{n_startup_trials: 10}}
     job:
-      tensorboard:
-        metrics: [{name: val_loss, tag: val/loss}]
+      {declared}
 
 x: 0
 """
 
 
-def test_the_pruner_reads_the_tensorboard_scalars_the_app_writes(tmp_path: Path) -> None:
-    """Each trial writes its curve, then is held running until the launcher has reported
-    every point to Optuna from the event file; the objective is the curve, by name (the task
-    returns nothing)."""
-    (tmp_path / "curve.py").write_text(CURVE)
-    (tmp_path / "config.yaml").write_text(CURVE_CONFIG)
+@pytest.mark.parametrize("source", sorted(CURVE_WRITERS))
+def test_the_pruner_reads_the_curve_the_app_writes(tmp_path: Path, source: str) -> None:
+    """Each trial writes its curve (TensorBoard scalars, or its own MLflow calls), then is
+    held running until the launcher has reported every point to Optuna from what the app
+    wrote; the objective is the curve, by name (the task returns nothing)."""
+    imports, curve, declared = CURVE_WRITERS[source]
+    (tmp_path / "curve.py").write_text(CURVE.format(imports=imports, curve=curve))
+    (tmp_path / "config.yaml").write_text(CURVE_CONFIG.format(declared=declared))
     gates = Gates(tmp_path / "gates")
     command = [sys.executable, "curve.py", "--multirun", "hydra.sweep.dir=multirun"]
     launcher = subprocess.Popen(
@@ -704,3 +727,15 @@ def test_the_pruner_reads_the_tensorboard_scalars_the_app_writes(tmp_path: Path)
         x = trial.params["x"]
         assert trial.intermediate_values == pytest.approx({s: x * (5 - s) for s in range(5)})
         assert trial.value == pytest.approx(x)  # the objective: the curve's last point
+    client = mlflow_client(tmp_path)
+    curves = {
+        float(run.data.params["x"]): sorted(
+            (m.step, m.value) for m in client.get_metric_history(run.info.run_id, "val_loss")
+        )
+        for run in all_runs(tmp_path)
+        if "mlflow.parentRunId" in run.data.tags
+    }
+    for x, points in curves.items():  # in each trial's run, each point once
+        assert [step for step, _ in points] == list(range(5))
+        assert [value for _, value in points] == pytest.approx([x * (5 - s) for s in range(5)])
+    assert sorted(curves) == pytest.approx(sorted(t.params["x"] for t in study.trials))

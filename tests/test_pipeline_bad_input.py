@@ -133,7 +133,8 @@ CASES = {
         (
             "pipeline.steps.publish.when",
             "steps.train.metrics has no 'test_auc'; it has: test-auc, validation-logloss",
-            "its job's metric_definitions, tensorboard.metrics and output_parameters",
+            "its job's metric_definitions, tensorboard.metrics, mlflow_metrics and "
+            "output_parameters",
         ),
     ),
     "not-a-dependency": (

@@ -22,13 +22,12 @@ from typing import Any
 import pytest
 from cli_backends import CliBackend
 from conftest import all_runs, clean_env, run_paiexp, wait_until
-from gates import Gates, cleaned_up
+from gates import Gates
 from pipeline_helpers import starter_project, statuses, write_pipeline
 from sweep_helpers import (
-    MEDIAN_PRUNER,
     children_by_trial,
-    let_end_once_reported,
     load_study,
+    sweep_third_trial_pruned,
     synthetic_project,
 )
 from test_live_curves import backend_for
@@ -239,38 +238,20 @@ def test_a_sweep_is_judged_and_pruned_on_tensorboard_scalars(
 ) -> None:
     """Objective `score` and the median pruner's `loss` come from event files only; the third
     trial (far worse) is pruned while held, and every run's series equals its event files."""
-    steps = 5
-    sweep = {
-        "params": {"x": "interval(-3, 3)", "duration": 0.1, "steps": steps, "tensorboard": True},
-        "n_trials": 3,
-        "parallelism": 1,
-        "sampler": {"name": "random", "seed": 0},
-        "pruner": MEDIAN_PRUNER,
-        "enqueue": [{"x": 0.0}, {"x": 0.1}, {"x": 2.9}],
-    }
     with pruning_backend(backend, tmp_path, request) as (gates, overrides, env, channel_of):
-        job = {**TENSORBOARD_JOB, "environments": gates.env()}  # where a container sees them
-        root = synthetic_project(tmp_path, sweep, job)
-        launcher = subprocess.Popen(
-            [sys.executable, "-m", "paiexp", "+sweep=syn", *overrides],
-            cwd=root,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+        sweep_third_trial_pruned(
+            tmp_path,
+            gates,
+            overrides,
+            env,
+            TENSORBOARD_JOB,
+            duration=0.1,
+            steps=5,
+            tensorboard=True,
         )
-        with cleaned_up(gates, [launcher]):
-            let_end_once_reported(gates, root, steps)
-            _, err = launcher.communicate(timeout=180)  # the third is held: only a stop ends it
-        assert launcher.returncode == 0, err
-        study = load_study(root)
-        assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE", "PRUNED"]
-        assert study.trials[0].value == 0.0
-        assert study.trials[1].value == pytest.approx(0.01)
-        assert len(study.trials[2].intermediate_values) >= 2  # pruned past its warm-up step
-        for number, child in children_by_trial(root).items():
+        for number, child in children_by_trial(tmp_path).items():
             channel = channel_of(child.data.tags["paiexp.output.tensorboard"])
-            assert_series_equal_event_files(root, child.info.run_id, channel, number != "2")
+            assert_series_equal_event_files(tmp_path, child.info.run_id, channel, number != "2")
 
 
 def assert_series_equal_event_files(root: Path, run_id: str, channel: Path, ended: bool) -> None:

@@ -126,5 +126,10 @@ class Backend(Protocol):
         channel's new bytes fetched first; ``final``: however recently it was fetched), or None
         while there is none."""
 
+    def own_mlflow_dir(self, handle: JobHandle, *, final: bool = False) -> Path | None:
+        """The MLflow store the job's own calls make (:mod:`paiexp.job_mlflow`) as a directory
+        here, as it is now (a remote one's new bytes fetched first, as :meth:`tensorboard_dir`
+        does), or None while there is none."""
+
     def console_url(self, handle: JobHandle) -> str | None:
         """Where a person can watch the job, if the platform has such a page."""

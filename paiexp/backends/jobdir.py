@@ -135,6 +135,9 @@ class LocalResults:
     def tensorboard_dir(self, handle: JobHandle, *, final: bool = False) -> Path | None:
         return self.jobs.tensorboard_dir(handle.name)
 
+    def own_mlflow_dir(self, handle: JobHandle, *, final: bool = False) -> Path | None:
+        return self.jobs.own_mlflow_store(handle.name)
+
     def instance_logs(self, handle: JobHandle) -> dict[str, Path]:
         return {}  # one instance per job (backend=local has its own)
 

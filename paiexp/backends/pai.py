@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from paiexp.cache import cache_root
 from paiexp.errors import UserError
 from paiexp.metrics import METRIC_NAME
 from paiexp.oss import OssTransfer, OssUri, endpoint_url
+from paiexp.own_metrics import is_metric_file
 from paiexp.retry import RetryPolicy
 from paiexp.spec import JobSpec
 
@@ -85,7 +86,8 @@ class PaiBackend:
         self._details: dict[str, dict[str, Any]] = {}  # job id -> GetTrainingJob once ended
         self._log_reads: dict[str, float] = {}  # job id -> monotonic time of the last read
         self._tensorboard = base_dir / ".paiexp" / "tensorboard"  # a copy per job name
-        self._tensorboard_reads: dict[str, float] = {}  # job id -> monotonic time, as above
+        self._own_stores = base_dir / ".paiexp" / "mlflow-stores"  # a copy per job name
+        self._copy_reads: dict[Path, float] = {}  # copy -> monotonic time of the last read
 
     # -- clients ---------------------------------------------------------------------------
 
@@ -429,11 +431,26 @@ class PaiBackend:
         uri = self.outputs(handle).get("tensorboard")
         if uri is None:
             return None
-        local = self._tensorboard / handle.name
+        return self._growing_copy(uri, self._tensorboard / handle.name, final)
+
+    def own_mlflow_dir(self, handle: JobHandle, *, final: bool = False) -> Path | None:
+        """The store's copy here, its new bytes fetched at most every ``log_interval``."""
+        channel = self._channel(handle, contract.MLFLOW_STORE)
+        if channel is None:
+            return None
+        store = OssUri.parse(channel).join(contract.JobLayout().mlflow_store.name)
+        return self._growing_copy(str(store), self._own_stores / handle.name, final, is_metric_file)
+
+    def _growing_copy(
+        self, uri: str, local: Path, final: bool, wanted: Callable[[str], bool] | None = None
+    ) -> Path | None:
+        """``local`` brought up to the files under ``uri`` that only grow (event and metric
+        files; ``wanted``: those of them it says yes to, by path under ``uri``), when ``final``
+        or ``log_interval`` after it was last."""
         now = time.monotonic()
-        if final or now - self._tensorboard_reads.get(handle.id, -1e9) >= self.log_interval:
-            self._tensorboard_reads[handle.id] = now
-            self.oss.mirror_growing(OssUri.parse(uri), local)
+        if final or now - self._copy_reads.get(local, -1e9) >= self.log_interval:
+            self._copy_reads[local] = now
+            self.oss.mirror_growing(OssUri.parse(uri), local, wanted)
         return local if local.is_dir() else None
 
     def console_url(self, handle: JobHandle) -> str | None:

@@ -432,6 +432,7 @@ def job_template(
         max_run_time=settings.max_run_time,
         metric_definitions=[*(vars(d) for d in settings.metric_definitions), *metric_definitions],
         tensorboard=vars(settings.tensorboard),
+        mlflow_metrics=list(settings.mlflow_metrics),
         labels={**settings.labels, NO_MODEL_LABEL[0]: NO_MODEL_LABEL[1]},
         checkpoints=settings.checkpoints,
         backend=backend,

@@ -37,6 +37,7 @@ class LauncherJobConfig:
     max_run_time: int | None = None
     metric_definitions: list[MetricDefinition] = field(default_factory=list)
     tensorboard: TensorBoardConfig = field(default_factory=TensorBoardConfig)
+    mlflow_metrics: list[str] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
     checkpoints: str | None = None
 

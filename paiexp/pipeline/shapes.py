@@ -108,5 +108,8 @@ def check_reference(reference: Reference, shape: Shape, key: str) -> None:
 def _hint(where: str) -> str:
     """Where a job step's metrics and output parameters come from."""
     if where.endswith((".metrics", ".output_parameters")):
-        return " (its job's metric_definitions, tensorboard.metrics and output_parameters)"
+        return (
+            " (its job's metric_definitions, tensorboard.metrics, mlflow_metrics and "
+            "output_parameters)"
+        )
     return ""

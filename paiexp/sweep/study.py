@@ -80,7 +80,7 @@ def parse_objectives(value: Any, declared: Sequence[str]) -> list[Objective]:
         if metric not in known:
             raise UserError(
                 f"{key}.metric: {metric!r} is not a metric the job declares; "
-                f"job.metric_definitions and job.tensorboard.metrics have: "
+                f"job.metric_definitions, job.tensorboard.metrics and job.mlflow_metrics have: "
                 f"{', '.join(sorted(known)) or 'none'}"
             )
         objectives.append(Objective(str(metric), str(direction)))
@@ -122,7 +122,7 @@ def check_sweep_settings(
     if metric not in declared:
         raise UserError(
             f"sweep.pruner.metric: {metric!r} is not a metric the job declares; "
-            f"job.metric_definitions and job.tensorboard.metrics have: "
+            f"job.metric_definitions, job.tensorboard.metrics and job.mlflow_metrics have: "
             f"{', '.join(sorted(declared)) or 'none'}"
         )
     direction = pruner.direction or objectives[0].direction

@@ -5,9 +5,11 @@ Hyperparameters (PAI_HPS): x (the objective is x**2), duration (seconds, spread 
 silent ("true" -> never prints the objective), model ("true" -> writes a model file to
 the model channel), tensorboard ("true" -> prints nothing: writes each step's loss as scalar
 `loss` and accuracy as `accuracy` to $PAI_OUTPUT_TENSORBOARD/train, and the score as `score`
-to the channel itself, with tensorboardX). Every execution appends its hyperparameters
-(PAI_HPS, one line) to the file named by $LEDGER, so tests can count executions and tell
-whose they were (every job's working directory is /ml/usercode, as on PAI). With $GATE
+to the channel itself, with tensorboardX), mlflow ("true" -> prints nothing: logs loss and
+accuracy per step and the score with mlflow.log_metric, in a run of its own). Every
+execution appends its hyperparameters (PAI_HPS, one line) to the file named by $LEDGER, so
+tests can count executions and tell whose they were (every job's working directory is
+/ml/usercode, as on PAI). With $GATE
 set, a job ends only once the file it names exists (a test holds jobs running that way). With
 $GATES set (a directory), each job is held on its own: it makes ID.held there (holding its
 pid) and ends only once the test makes ID.open; with hold_every=K, it is also held so after
@@ -51,11 +53,18 @@ if hps.get("tensorboard") == "true":
 
     channel = os.environ["PAI_OUTPUT_TENSORBOARD"]
     scalars = SummaryWriter(os.path.join(channel, "train"), flush_secs=1)
+own_run = None
+if hps.get("mlflow") == "true":
+    import mlflow
+
+    own_run = mlflow.start_run()
 
 for step in range(steps):
     time.sleep(duration / steps)
     loss = x * x + 1.0 / (step + 1)
-    if scalars is None:
+    if own_run is not None:
+        mlflow.log_metrics({"loss": loss, "accuracy": 1.0 - loss / 10}, step=step)
+    elif scalars is None:
         print(f"loss={loss:.6f}", flush=True)
     else:
         scalars.add_scalar("loss", loss, step)
@@ -75,7 +84,11 @@ if hps.get("fail") == "true":
 if hps.get("model") == "true":
     with open(os.path.join(os.environ["PAI_OUTPUT_MODEL"], "model.txt"), "w") as stream:
         stream.write(f"x={x}\n")
-if scalars is not None:
+if own_run is not None:
+    if hps.get("silent") != "true":
+        mlflow.log_metric("score", float("nan") if hps.get("nan") == "true" else x * x)
+    mlflow.end_run()
+elif scalars is not None:
     scalars.close()
     if hps.get("silent") != "true":
         with SummaryWriter(os.environ["PAI_OUTPUT_TENSORBOARD"]) as final:
