@@ -67,6 +67,17 @@ def direct(job_uri: str, run_id: str, experiment_id: str) -> dict[str, str]:
     return env
 
 
+def watched(relative: str) -> bool:
+    """Whether a file of a job's store (``relative``: its ``/``-separated path in ``mlruns``)
+    is one paiexp reads as the job runs: a run's metric file (``EXPERIMENT/RUN/metrics/KEY``),
+    or a logged model's ``meta.yaml`` (that the job logged a model); not artifacts, nor models'
+    files, which the merge at the job's end reads once."""
+    parts = relative.split("/")
+    if len(parts) < 3 or parts[0].startswith("."):
+        return False
+    return parts[2] == "metrics" if parts[1] != "models" else parts[3:] == ["meta.yaml"]
+
+
 def holds_logged_model(store: Path) -> bool:
     """Whether a job's own store (its ``mlruns``) holds a logged model (MLflow 3's layout:
     ``EXPERIMENT/models/MODEL_ID/meta.yaml``): autolog's, or a ``log_model`` call's."""

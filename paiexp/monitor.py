@@ -183,9 +183,9 @@ class JobMonitor:
         return self.backend.output_is_empty(self.handle, "model")
 
     def logged_its_own_model(self) -> bool:
-        """Whether the job logged a model with its own MLflow calls, in a store on this machine
-        (its run's model then: an empty model channel is no mistake)."""
-        store = self.backend.own_mlflow_store(self.handle, None)
+        """Whether the job logged a model with its own MLflow calls, in its store (its run's
+        model then: an empty model channel is no mistake)."""
+        store = self.backend.own_mlflow_dir(self.handle, final=True)
         return store is not None and job_mlflow.holds_logged_model(store)
 
     def empty_model_warning(self, model: str) -> str:

@@ -118,12 +118,6 @@ class OwnMetricReader:
         }
 
 
-def is_metric_file(relative: str) -> bool:
-    """Whether ``relative`` (a path under a store, ``/``-separated) is a run's metric file."""
-    parts = relative.split("/")
-    return len(parts) >= 4 and parts[2] == METRICS_DIR and not parts[0].startswith(".")
-
-
 def _metric_files(store: Path) -> list[tuple[Path, str]]:
     """Each metric file of each run in ``store``, with its metric key, in path order."""
     found: list[tuple[Path, str]] = []

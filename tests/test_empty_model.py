@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
+import pytest
 import yaml
 from conftest import all_runs, mlflow_client, run_paiexp
 from pipeline_helpers import starter_project
@@ -16,9 +18,22 @@ def write_job(project: Path, command: str) -> None:
     (project / "conf" / "job" / "nomodel.yaml").write_text(yaml.safe_dump(job))
 
 
-def test_an_empty_model_channel_is_warned_and_tagged(project: Path) -> None:
+@pytest.mark.parametrize("backend", ["local", pytest.param("pai", marks=pytest.mark.slow)])
+def test_an_empty_model_channel_is_warned_and_tagged(
+    project: Path, backend: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """On PAI too, where its MLflow store (which holds no model) is looked at on OSS."""
     write_job(project, "echo trained; mkdir -p $PAI_OUTPUT_MODEL/empty-subdir")
-    result = run_paiexp(project, "job=nomodel", "-q")
+    with contextlib.ExitStack() as stack:
+        overrides: list[str] = []
+        env = None
+        if backend == "pai":
+            from emulator import Emulator
+            from test_pai_backend import pai_env, pai_overrides
+
+            cloud = stack.enter_context(Emulator(tmp_path_factory.mktemp("cloud")))
+            overrides, env = pai_overrides(cloud), pai_env(cloud)
+        result = run_paiexp(project, "job=nomodel", "-q", *overrides, env=env)
     assert result.returncode == 0, result.stderr
     warnings = [line for line in result.stderr.splitlines() if WARNING in line]
     assert len(warnings) == 1, result.stderr

@@ -27,7 +27,8 @@ from sweep_helpers import (
 from test_docker_backend import ChannelGates
 from test_live_curves import backend_for, trial_run
 
-from paiexp.own_metrics import OwnMetricReader, is_metric_file
+from paiexp.job_mlflow import watched
+from paiexp.own_metrics import OwnMetricReader
 
 # The synthetic job with hyperparameter mlflow=true prints no metric: in a run of its own it
 # logs `loss` and `accuracy` per step, and `score` at its end, with mlflow.log_metric.
@@ -116,13 +117,15 @@ def test_the_final_value_is_mlflows_latest_and_a_declared_metric_never_logged_sa
     }
 
 
-def test_a_remote_stores_copy_holds_its_metric_files_only() -> None:
-    """On PAI the store is copied as it grows: its metric files, not its artifacts or models."""
-    assert is_metric_file("0/4f2a/metrics/loss") and is_metric_file("0/4f2a/metrics/val/loss")
-    assert not is_metric_file("0/4f2a/artifacts/model/model.xgb")
-    assert not is_metric_file("0/4f2a/meta.yaml") and not is_metric_file("0/meta.yaml")
-    assert not is_metric_file("0/models/m-1/metrics/loss")  # a logged model's, merged at the end
-    assert not is_metric_file(".trash/4f2a/metrics/loss")
+def test_a_remote_stores_copy_holds_its_metric_files_and_which_models_it_logged() -> None:
+    """On PAI the store is copied as it grows: its metric files and its logged models' meta.yaml
+    (that it logged one), not artifacts nor models' files."""
+    assert watched("0/4f2a/metrics/loss") and watched("0/4f2a/metrics/val/loss")
+    assert watched("0/models/m-1/meta.yaml")
+    assert not watched("0/4f2a/artifacts/model/model.xgb")
+    assert not watched("0/4f2a/meta.yaml") and not watched("0/meta.yaml")
+    assert not watched("0/models/m-1/metrics/loss") and not watched("0/models/m-1/artifacts/x")
+    assert not watched(".trash/4f2a/metrics/loss")
 
 
 # -- sweeps ------------------------------------------------------------------------------------

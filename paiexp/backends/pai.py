@@ -33,7 +33,6 @@ from paiexp.cache import cache_root
 from paiexp.errors import UserError
 from paiexp.metrics import METRIC_NAME
 from paiexp.oss import OssTransfer, OssUri, endpoint_url
-from paiexp.own_metrics import is_metric_file
 from paiexp.retry import RetryPolicy
 from paiexp.spec import JobSpec
 
@@ -434,12 +433,14 @@ class PaiBackend:
         return self._growing_copy(uri, self._tensorboard / handle.name, final)
 
     def own_mlflow_dir(self, handle: JobHandle, *, final: bool = False) -> Path | None:
-        """The store's copy here, its new bytes fetched at most every ``log_interval``."""
+        """A copy here of what the store holds that is read as the job runs
+        (:func:`job_mlflow.watched`), its new bytes fetched at most every ``log_interval``."""
         channel = self._channel(handle, contract.MLFLOW_STORE)
         if channel is None:
             return None
         store = OssUri.parse(channel).join(contract.JobLayout().mlflow_store.name)
-        return self._growing_copy(str(store), self._own_stores / handle.name, final, is_metric_file)
+        copy = self._own_stores / handle.name
+        return self._growing_copy(str(store), copy, final, job_mlflow.watched)
 
     def _growing_copy(
         self, uri: str, local: Path, final: bool, wanted: Callable[[str], bool] | None = None
