@@ -5,13 +5,14 @@ read as they grow, each line a point of a metric series.
 A job declares the metrics it is judged by (``job.mlflow_metrics``: a sweep's objective, its
 pruner and a pipeline's conditions may name them); every other metric in its store is read too,
 unless a log definition or a TensorBoard scalar has its name (that one is the metric's source).
-All of them are merged into the job's run when it ends (:mod:`paiexp.store_merge`), each point
-once: a point read here carries the store's own step and time, so the merge finds it held.
+All of them are merged into the job's run when it ends (:mod:`paiexp.store_merge`); a point
+read here carries the store's own step and time, so a sweep's trial that logged it as it ran
+holds it once after the merge (MLflow's SQL store keeps an equal row once).
 
 MLflow's file store keeps a run's metric ``KEY`` in ``EXPERIMENT/RUN/metrics/KEY`` (a key
 with ``/`` in nested directories), one line a point: ``TIMESTAMP_MS VALUE STEP`` (two more
-fields name a dataset).  Only whole lines are read; a line being written is read
-once its end is there.
+fields name a dataset).  Only whole lines are read; a line being written is read once its
+end is there.
 """
 
 from __future__ import annotations
