@@ -233,6 +233,30 @@ def test_a_running_trials_own_mlflow_points_are_in_its_run_before_it_ends(
     assert client.get_run(run_id).data.metrics["score"] == pytest.approx(x * x)
 
 
+def test_a_declared_metric_never_logged_is_one_warning_and_fails_the_trial_judged_on_it(
+    tmp_path: Path,
+) -> None:
+    """A single run says which metrics the job did log; a sweep's trial judged on the metric
+    fails, saying the same."""
+    job = {
+        **OWN_METRICS_JOB,
+        "mlflow_metrics": [*OWN_METRICS_JOB["mlflow_metrics"], "val_loss"],
+        "hyperparameters": {"x": 0.5, "duration": 0.1, "steps": 3, "mlflow": True, "model": True},
+    }
+    sweep = {"params": {"x": "interval(-1, 1)"}, "n_trials": 1, "parallelism": 1}
+    root = synthetic_project(tmp_path, sweep, job)
+    why = "the job's own MLflow calls never logged metric 'val_loss'; they logged: accuracy, loss"
+    done = run_paiexp(root, "-q")
+    assert done.returncode == 0, done.stderr
+    warnings = [line for line in done.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and warnings[0].endswith(f"MLflow metric 'val_loss': {why}, score")
+    swept = run_paiexp(root, "+sweep=syn", "sweep.objective.metric=val_loss")
+    assert swept.returncode != 0
+    (trial,) = load_study(root).trials
+    assert trial.state.name == "FAIL"
+    assert f"objective metric 'val_loss': {why}, score" in swept.stdout + swept.stderr
+
+
 # -- bad input ---------------------------------------------------------------------------------
 
 
