@@ -207,6 +207,8 @@ def _inputs(inputs: Mapping[str, str], base_dir: Path) -> dict[str, str]:
     for channel, uri in inputs.items():
         key = f"job.inputs.{channel}"
         _check_channel("job.inputs", channel)
+        if not isinstance(uri, str):
+            _fail(key, uri, "a local path or an oss://BUCKET/path URI")
         if uri.startswith("oss://"):
             if not OSS_URI.match(uri):
                 _fail(key, uri, "oss://BUCKET/path with a valid bucket name")
@@ -236,6 +238,8 @@ def _outputs(outputs: Mapping[str, str | None], base_dir: Path) -> dict[str, str
         if channel in contract.RESERVED_OUTPUTS:
             reserved = ", ".join(contract.RESERVED_OUTPUTS)
             _fail("job.outputs", channel, f"a channel other than paiexp's own ({reserved})")
+        if uri is not None and not isinstance(uri, str):
+            _fail(f"job.outputs.{channel}", uri, "a local path, an oss://BUCKET/path URI or null")
         if uri is None or uri.startswith("oss://"):
             if uri is not None and not OSS_URI.match(uri):
                 _fail(f"job.outputs.{channel}", uri, "oss://BUCKET/path with a valid bucket name")
@@ -247,6 +251,8 @@ def _outputs(outputs: Mapping[str, str | None], base_dir: Path) -> dict[str, str
 
 def _checkpoints(uri: str | None, base_dir: Path) -> str | None:
     """``job.checkpoints``: an ``oss://`` URI as it is, a local directory resolved."""
+    if uri is not None and not isinstance(uri, str):
+        _fail("job.checkpoints", uri, "an existing directory, an oss:// URI or null")
     if uri is None or uri.startswith("oss://"):
         if uri is not None and not OSS_URI.match(uri):
             _fail("job.checkpoints", uri, "oss://BUCKET/path with a valid bucket name")

@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import ERROR_PREFIX, REPO, assert_one_line_error, clean_env
-from hypothesis import event, given, settings
+from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
 import paiexp
@@ -484,6 +484,9 @@ def environment(values: Mapping[str, str]) -> Iterator[None]:
 @pytest.mark.timeout(3600 if LONG_RUN else 600)
 @settings(FUZZ, max_examples=API_EXAMPLES)
 @given(call=API_CALLS)
+@example(call=({"outputs": {"null": []}}, {}, "python job.py"))  # found by this test
+@example(call=({"inputs": {"data": 1}}, {}, "python job.py"))
+@example(call=({"checkpoints": ["ckpt"]}, {}, "python job.py"))
 def test_job_keywords(base: Path, call: tuple[dict[str, Any], dict[str, Any], Any]) -> None:
     known, unknown, command = call
     with sandbox(base) as root, environment(HERMETIC), contextlib.chdir(root):
