@@ -24,6 +24,7 @@ from pathlib import Path, PurePosixPath
 from paiexp import contract
 
 RUN_ID = "MLFLOW_RUN_ID"
+METRICS_DIR = "metrics"  # a run's metric files in MLflow's file store: EXPERIMENT/RUN/metrics/KEY
 # Where a job's MLflow calls go: paiexp's alone to set.
 ROUTING = ("MLFLOW_TRACKING_URI", RUN_ID, "MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME")
 # How MLflow's client reaches a tracking server: what a job writing to it directly needs.
@@ -75,7 +76,7 @@ def watched(relative: str) -> bool:
     parts = relative.split("/")
     if len(parts) < 3 or parts[0].startswith("."):
         return False
-    return parts[2] == "metrics" if parts[1] != "models" else parts[3:] == ["meta.yaml"]
+    return parts[2] == METRICS_DIR if parts[1] != "models" else parts[3:] == ["meta.yaml"]
 
 
 def holds_logged_model(store: Path) -> bool:

@@ -23,9 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from paiexp.errors import UserError
+from paiexp.job_mlflow import METRICS_DIR
 from paiexp.metrics import METRIC_NAME, MetricPoint
-
-METRICS_DIR = "metrics"  # of a run in MLflow's file store
 
 
 def parse_mlflow_metrics(declared: Iterable[object], taken: Collection[str]) -> tuple[str, ...]:
