@@ -85,14 +85,16 @@ class Sweep:
     def counts(self) -> dict[str, int]:
         """Trials by state, as the command line's status line counts them: ``complete``,
         ``pruned``, ``failed`` (counted toward n_trials), ``rerun`` (failed, run again),
-        ``running``."""
-        from paiexp.sweep.records import RETRIED
+        ``preempted`` (of those re-run: the platform took their jobs away), ``running``."""
+        from paiexp.sweep.records import PREEMPTED, RETRIED
 
-        counts = dict.fromkeys(("complete", "pruned", "failed", "rerun", "running"), 0)
+        names = ("complete", "pruned", "failed", "rerun", "preempted", "running")
+        counts = dict.fromkeys(names, 0)
         for trial in self._study().get_trials(deepcopy=False):
             state = trial.state.name
             if state == "FAIL":
                 counts["rerun" if trial.user_attrs.get(RETRIED) else "failed"] += 1
+                counts["preempted"] += bool(trial.user_attrs.get(PREEMPTED))
             elif state in ("COMPLETE", "PRUNED", "RUNNING"):
                 counts[state.lower()] += 1
         return counts
@@ -111,12 +113,14 @@ class Sweep:
         from optuna.trial import TrialState
 
         from paiexp.sweep.progress import best_of, best_text, status_line
+        from paiexp.sweep.records import PREEMPTED, RETRIED
         from paiexp.sweep.spending import spent
 
         study = self._study()
         counts = {k.upper(): v for k, v in self.counts().items()}
         counts["FAIL"] = counts.pop("FAILED")
-        counts["RETRIED"] = counts.pop("RERUN")
+        counts[RETRIED] = counts.pop("RERUN")
+        counts[PREEMPTED] = counts.pop("PREEMPTED")
         objectives = self._objectives(study)
         complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         best = best_text(objectives, best_of(study, objectives, complete) if complete else [])

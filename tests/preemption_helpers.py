@@ -4,6 +4,7 @@ the checks every backend's preemption test makes of it."""
 from __future__ import annotations
 
 import contextlib
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
@@ -11,6 +12,8 @@ from pathlib import Path
 
 from conftest import clean_env
 from sweep_helpers import children_by_trial, load_study, synthetic_project
+
+import paiexp
 
 EPOCHS = 4
 HOLD = 2  # the first attempt checkpoints 2 epochs, starts the 3rd and is preempted in it
@@ -73,16 +76,37 @@ def assert_resumed(
     root: Path, done: subprocess.CompletedProcess[str], ledgers: dict[str, Path], reason: str
 ) -> None:
     """Every trial completed after one preemption, none counts as failed, each point ran its
-    epochs plus at most the one it lost, and its run names both attempts and why."""
+    epochs plus at most the one it lost, and its run names both attempts and why; each lost
+    attempt shows as PREEMPTED (in its line and the summary), its run KILLED with the reason,
+    naming the trial that carried its point on."""
     assert done.returncode == 0, done.stderr
+    said = " ".join(done.stderr.split())  # the terminal's lines, as wrapped or not
+    assert f"· {N_TRIALS} re-run ({N_TRIALS} preempted) ·" in said, done.stderr[-600:]
+    assert not re.search(r"trial +\d+ FAIL", said), done.stderr
+    attached = paiexp.attach_sweep("syn", project=root)  # as another process reads it
+    assert attached.counts()["rerun"] == N_TRIALS == attached.counts()["preempted"]
+    assert f"· {N_TRIALS} re-run ({N_TRIALS} preempted) ·" in attached.status()
     study = load_study(root)
     states = [(t.state.name, bool(t.user_attrs.get("paiexp:retried"))) for t in study.trials]
     assert sorted(states) == [("COMPLETE", False)] * N_TRIALS + [("FAIL", True)] * N_TRIALS
     runs = children_by_trial(root)
+    reruns = {t.user_attrs.get("paiexp:retry_of"): t.number for t in study.trials}
     for trial in study.trials:
-        if trial.state.name != "COMPLETE":
+        if trial.state.name != "COMPLETE":  # preempted: shown so, its run KILLED, linked on
             assert reason in trial.user_attrs["paiexp:failure_reason"]
+            assert trial.user_attrs["paiexp:preempted"] is True
+            line = re.search(
+                rf"trial +{trial.number} PREEMPTED (.*?) · re-run as trial (\d+)", said
+            )
+            assert line and reason in line.group(1), done.stderr
+            assert int(line.group(2)) == reruns[trial.number]
+            killed = runs[str(trial.number)]
+            assert killed.info.status == "KILLED", killed.info
+            assert reason in killed.data.tags["paiexp.failure_reason"]
+            assert killed.data.tags["paiexp.preempted"] == "true"
+            assert killed.data.tags["paiexp.rerun_trial"] == str(reruns[trial.number])
             continue
+        assert trial.user_attrs.get("paiexp:preempted") is None
         first = study.trials[trial.user_attrs["paiexp:retry_of"]]
         jobs = [first.user_attrs["paiexp:job_name"], trial.user_attrs["paiexp:job_name"]]
         run = [

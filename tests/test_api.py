@@ -290,7 +290,14 @@ def test_a_sweep_launched_without_waiting_outlives_the_process_that_launched_it(
     wait_until(lambda: sweep.counts()["complete"] >= 1, 120, "a trial of the sweep to complete")
     sweep.wait(timeout=240, progress=True)
     counts = sweep.counts()
-    assert counts == {"complete": 6, "pruned": 0, "failed": 0, "rerun": 0, "running": 0}
+    assert counts == {
+        "complete": 6,
+        "pruned": 0,
+        "failed": 0,
+        "rerun": 0,
+        "preempted": 0,
+        "running": 0,
+    }
     log = next((root / ".paiexp" / "launchers").glob("syn-*.log")).read_text()
     said = re.search(r"^sweep 6/6 done \(6 complete, 0 pruned\).*$", log, re.MULTILINE)
     assert said, log  # what the CLI's status line said last
@@ -382,7 +389,14 @@ def test_a_sweep_stopped_with_detach_leaves_its_jobs_to_the_next_launch(tmp_path
     again = run_paiexp(root, "+sweep=syn", env=env)
     assert again.returncode == 0, again.stderr
     assert "re-attaching" in again.stderr
-    assert sweep.counts() == {"complete": 3, "pruned": 0, "failed": 0, "rerun": 0, "running": 0}
+    assert sweep.counts() == {
+        "complete": 3,
+        "pruned": 0,
+        "failed": 0,
+        "rerun": 0,
+        "preempted": 0,
+        "running": 0,
+    }
     lines = ledger.read_text().splitlines()
     assert len(lines) == 3 == len(set(lines))  # no job ran twice
 

@@ -80,10 +80,14 @@ def test_the_status_line_counts_pruned_and_failed_trials_as_done() -> None:
     progress = Progress(30, [Objective("score", "minimize")], Console(file=io.StringIO()))
     for number, state in enumerate(["COMPLETE"] * 17 + ["PRUNED"] * 2 + ["FAIL"]):
         progress.finished(number, state, [1.0] if state == "COMPLETE" else None, None)
-    progress.finished(20, "FAIL", None, "runner lost", retried=True)  # its point runs again
+    progress.finished(20, "FAIL", None, "submission failed", retried=True)  # runs again
     status = progress.status().plain
     assert status.startswith("sweep 20/30 done (17 complete, 2 pruned, 1 failed) · ")
-    assert "1 re-run" in status
+    assert "· 1 re-run ·" in status
+    progress.finished(21, "FAIL", None, "reclaimed", retried=True, preempted=True)
+    assert "· 2 re-run (1 preempted) ·" in progress.status().plain
+    shown = progress.console.file.getvalue().splitlines()  # type: ignore[attr-defined]
+    assert shown[-2:] == ["trial   20 FAIL     submission failed", "trial   21 PREEMPTED reclaimed"]
 
 
 def test_a_sweeps_summary_and_runs(tmp_path: Path) -> None:

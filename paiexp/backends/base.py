@@ -50,6 +50,17 @@ class JobStatus:
     # Failed because the disk of the job's directory on this machine (this path) was full.
     full_disk: str | None = None
 
+    @property
+    def preempted(self) -> bool:
+        """Taken away by the platform once it ran (a spot reclaim, a kill from outside, a
+        lost node): a platform failure of a job that had started, not a full disk."""
+        return (
+            self.state is JobState.FAILED
+            and self.infrastructure
+            and self.started_at is not None
+            and not self.full_disk
+        )
+
 
 @dataclass(frozen=True)
 class JobHandle:

@@ -543,7 +543,7 @@ class DockerBackend(LocalResults):
             self.client, job_dir, container_id, state
         )
         if lost:
-            reason = f"the job's container was killed from outside paiexp; {reason}"
+            reason = f"the job's container was killed from outside paiexp (preempted?); {reason}"
         layout = contract.JobLayout(job_dir / "ml")
         unpersisted = persist_outputs(spec.outputs, lambda c: Path(layout.output_dir(c)))
         if unpersisted and end is not JobState.STOPPED:

@@ -121,7 +121,7 @@ class InstanceGroups:
         client = self.backend.client
         lost = killed_from_outside(client, instance.directory, instance.container, state)
         if lost:  # a platform failure, not the script's: worth a retry
-            reason = f"{reason} (its container was killed from outside paiexp)"
+            reason = f"{reason} (its container was killed from outside paiexp: preempted?)"
         self.fail(job_dir, instance, reason, int(state["ExitCode"]), lost=lost)
         return True
 

@@ -51,8 +51,9 @@ class TrialBudget:
         *,
         consume_attempt: bool = True,
         carried: Mapping[str, Any] | None = None,
-    ) -> None:
-        """Enqueue the trial's parameters again; the trial then no longer counts.
+    ) -> int | None:
+        """Enqueue the trial's parameters again; the trial then no longer counts.  Returns the
+        re-run's trial number.
 
         An interrupted trial is re-run without using up an attempt: no platform failed it.
         ``carried``: user attributes the re-run starts with (its earlier attempts, the
@@ -62,6 +63,15 @@ class TrialBudget:
         attempt = int(trial.user_attrs.get(ATTEMPT, 0)) + int(consume_attempt)
         attrs = {**(carried or {}), ATTEMPT: attempt, RETRY_OF: trial.number}
         self.study.enqueue_trial(dict(trial.params), user_attrs=attrs)
+        return rerun_of(self.study, trial.number)
+
+
+def rerun_of(study: Study, number: int) -> int | None:
+    """The newest trial that re-runs trial ``number``'s point."""
+    for trial in reversed(study.get_trials(deepcopy=False)):
+        if trial.user_attrs.get(RETRY_OF) == number:
+            return trial.number
+    return None
 
 
 def retried(trial: FrozenTrial) -> bool:

@@ -21,7 +21,7 @@ from paiexp.cost import RunCost
 from paiexp.monitor import job_log
 from paiexp.redact import redact_url
 from paiexp.sweep.opening import PARENT_RUN_ATTR
-from paiexp.sweep.records import JOB_NAME, REASON, RETRIED
+from paiexp.sweep.records import JOB_NAME, PREEMPTED, REASON, RETRIED
 from paiexp.sweep.spending import spent, trial_cost
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ class Progress:
         self.n_trials = n_trials
         self.objectives = list(objectives)
         # trials that count toward n_trials by state, and failures that are re-run
-        self.counts = {"COMPLETE": 0, "FAIL": 0, "PRUNED": 0, RETRIED: 0}
+        self.counts = {"COMPLETE": 0, "FAIL": 0, "PRUNED": 0, RETRIED: 0, PREEMPTED: 0}
         self.best_text = "-"
         self.spent: RunCost | None = None  # what the study's trials cost so far
         self.started_at = time.monotonic()
@@ -82,6 +82,7 @@ class Progress:
         for trial in study.get_trials(deepcopy=False):
             if trial.state.name in self.counts and not trial.user_attrs.get(RETRIED):
                 self.counts[trial.state.name] += 1
+            self.counts[PREEMPTED] += bool(trial.user_attrs.get(PREEMPTED))
         self.spent = spent(study.get_trials(deepcopy=False))
         self.best(study)
 
@@ -114,10 +115,15 @@ class Progress:
         reason: str | None,
         *,
         retried: bool = False,
+        preempted: bool = False,
     ) -> None:
-        """A trial ended; ``retried``: it failed and its point runs again (it counts no more)."""
+        """A trial ended; ``retried``: it failed and its point runs again (it counts no more);
+        ``preempted``: so, because the platform took its job away (shown as PREEMPTED)."""
         key = RETRIED if retried else state
         self.counts[key] = self.counts.get(key, 0) + 1
+        if preempted:
+            self.counts[PREEMPTED] += 1
+            state = "PREEMPTED"
         shown = ""
         if values:
             shown = ", ".join(
@@ -125,9 +131,9 @@ class Progress:
             )
         elif reason:
             shown = reason.splitlines()[0]
-        style = {"COMPLETE": "green", "FAIL": "red", "PRUNED": "yellow"}.get(state, "")
+        style = {"COMPLETE": "green", "FAIL": "red", "PRUNED": "yellow", "PREEMPTED": "yellow"}
         self.console.print(
-            Text.assemble(f"trial {number:>4} ", (f"{state:<8}", style), f" {shown}")
+            Text.assemble(f"trial {number:>4} ", (f"{state:<8}", style.get(state, "")), f" {shown}")
         )
         self.refresh()
 
@@ -154,12 +160,14 @@ def status_line(
     """The status line: trials done of n_trials (complete, pruned and failed ones alike),
     running, re-run, the best so far, what the ended trials cost (``cost``) and the time
     taken.  ``counts``: trials by state (COMPLETE, PRUNED, FAIL, and RETRIED: failed ones
-    run again)."""
+    run again, PREEMPTED of them because the platform took their jobs away)."""
     complete, pruned, failed = (counts.get(k, 0) for k in ("COMPLETE", "PRUNED", "FAIL"))
     done = complete + pruned + failed
     of = f"/{n_trials}" if n_trials is not None else ""
     failed_text = (f", {failed} failed", "red") if failed else ""
     rerun = f" · {counts.get(RETRIED, 0)} re-run" if counts.get(RETRIED) else ""
+    if counts.get(PREEMPTED):
+        rerun += f" ({counts[PREEMPTED]} preempted)"
     return Text.assemble(
         ("sweep ", "bold"),
         f"{done}{of} done ({complete} complete, {pruned} pruned",

@@ -20,6 +20,7 @@ OWNER = "paiexp:owner"
 REASON = "paiexp:failure_reason"
 RETRIED = "paiexp:retried"
 RETRY_OF = "paiexp:retry_of"
+PREEMPTED = "paiexp:preempted"  # a re-run failure whose job the platform took away
 ATTEMPT = "paiexp:attempt"
 ATTEMPTS = "paiexp:attempts"  # a re-run trial's earlier attempts: [{job, reason, seconds}]
 CHECKPOINTS = "paiexp:checkpoints"  # the checkpoints a re-run trial's job starts from

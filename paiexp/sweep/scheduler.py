@@ -299,6 +299,7 @@ class Scheduler:
                 result=result,
                 reason=reason,
                 rerun=rerun,
+                preempted=status.preempted,
                 detail=last_line(result.log_tail),
             )
             if status.full_disk and nearly_full(status.full_disk):  # still: so would the next

@@ -28,6 +28,7 @@ from paiexp.sweep.progress import best_of, rank, ranking
 from paiexp.sweep.records import (
     JOB_ID,
     JOB_NAME,
+    PREEMPTED,
     PRUNING,
     REASON,
     REASON_LIMIT,
@@ -251,42 +252,59 @@ class TrialJobs:
         values: list[float] | None = None,
         reason: str | None = None,
         rerun: bool = False,
+        preempted: bool = False,
         detail: str | None = None,
     ) -> None:
         """Finish the trial of a job that ended, and its run; unless another launcher (that
         took the trial over while this one was silent) finished it first: its run is its own.
+        ``preempted`` (with ``rerun``): the platform took the job away; the trial shows as
+        PREEMPTED and its run ends KILLED, naming the trial that carries the point on.
         ``detail``: what the terminal shows after the reason (the log's last line)."""
         from optuna.exceptions import UpdateFinishedTrialError
 
         trial = flight.trial
         result.cost = self.cost(flight, result.status)
         self.progress.spend(result.cost)
+        preempted = preempted and rerun
+        tags = {"paiexp.trial_state": state.name}
         try:
             self.record_cost(trial, result.cost, spent=True)
             if reason:
                 trial.set_user_attr(REASON, reason[:REASON_LIMIT])
+            if preempted:
+                trial.set_user_attr(PREEMPTED, True)
             if rerun:
                 carried = attempts.carried(
                     trial, flight.spec.name, reason or "", lost(flight, result), result.outputs
                 )
-                self.budget.retry(trial, consume_attempt=not flight.interrupted, carried=carried)
+                again = self.budget.retry(
+                    trial, consume_attempt=not flight.interrupted, carried=carried
+                )
+                if again is not None:
+                    tags["paiexp.rerun_trial"] = str(again)
             self.study.tell(trial, values or None, state=state)
         except (UpdateFinishedTrialError, ValueError):
             if not self.study.get_trials(deepcopy=False)[trial.number].state.is_finished():
                 raise  # a ValueError of its own
             self.progress.say(f"trial {trial.number}: finished by another launcher; left to it")
             return
+        if preempted:
+            tags["paiexp.preempted"] = "true"
         self.tracker.finish_child(
             flight.spec.name,
             result,
             flight.monitor.take_unlogged(),
-            TRIAL_STATE_TO_RUN_STATUS[state.name],
+            "KILLED" if preempted else TRIAL_STATE_TO_RUN_STATUS[state.name],
             reason,
-            {"paiexp.trial_state": state.name},
+            tags,
         )
         retried = bool(trial.user_attrs.get(RETRIED))
         shown = f"{reason.splitlines()[0]} · {detail}" if reason and detail else reason
-        self.progress.finished(trial.number, state.name, values, shown, retried=retried)
+        if retried and "paiexp.rerun_trial" in tags:
+            shown = f"{shown} · re-run as trial {tags['paiexp.rerun_trial']}"
+        self.progress.finished(
+            trial.number, state.name, values, shown, retried=retried, preempted=preempted
+        )
         for warning in result.warnings:
             log.warning("trial %d: %s", trial.number, warning)
         if values and self.improves(trial.number, values):
