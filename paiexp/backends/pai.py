@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -37,6 +38,10 @@ from paiexp.retry import RetryPolicy
 from paiexp.spec import JobSpec
 
 log = logging.getLogger(__name__)
+# One lock per upload (OSS base, kind, local path) in this process: jobs submitted at once, by
+# one backend or several (a Hydra multirun's threads), upload the same code or input once.
+_UPLOAD_LOCKS: dict[tuple[str, str, str], threading.Lock] = {}
+_UPLOAD_LOCKS_LOCK = threading.Lock()
 
 STATES = {
     "Creating": JobState.PENDING,
@@ -241,10 +246,13 @@ class PaiBackend:
 
     def _upload(self, kind: str, path: Path) -> str:
         key = (kind, str(path))
-        if key not in self._uploads:
-            upload = self.oss.upload_code if kind == "code" else self.oss.upload_input
-            self._uploads[key] = str(upload(path, self.oss_base))
-        return self._uploads[key]
+        with _UPLOAD_LOCKS_LOCK:
+            lock = _UPLOAD_LOCKS.setdefault((str(self.oss_base), *key), threading.Lock())
+        with lock:
+            if key not in self._uploads:
+                upload = self.oss.upload_code if kind == "code" else self.oss.upload_input
+                self._uploads[key] = str(upload(path, self.oss_base))
+            return self._uploads[key]
 
     def _input_uri(self, uri: str) -> str:
         return uri if uri.startswith("oss://") else self._upload("input", Path(uri))
