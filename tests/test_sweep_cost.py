@@ -84,6 +84,22 @@ def test_dry_run_gives_the_projection_without_launching(tmp_path: Path) -> None:
     assert_nothing_started(root)
 
 
+def test_a_grids_dry_run_gives_its_projection_and_a_pipelines_is_refused(tmp_path: Path) -> None:
+    """``-m`` and ``+pipeline`` with ``--dry-run`` ran their jobs; a dry run never runs one."""
+    root = priced_project(tmp_path, {"params": {"x": "interval(-1, 1)"}, "n_trials": 4})
+    grid = run_paiexp(root, "-m", "job.hyperparameters.x=1,2,3", "--dry-run")
+    assert grid.returncode == 0, grid.stderr
+    line = "at most: 3 trials x 1 x ecs.g6.2xlarge x 3600 s = 3 instance-h, 6.06 CNY"
+    assert grid.stdout.strip() == line
+    assert_nothing_started(root)
+    pipelines = root / "pipelines"
+    pipelines.mkdir()
+    (pipelines / "p.yaml").write_text("pipeline:\n  steps:\n    one: {}\n")
+    refused = assert_one_line_error(run_paiexp(root, "+pipeline=p", "--dry-run"))
+    assert refused.startswith("paiexp: error: --dry-run: a pipeline's cost is not projected")
+    assert_nothing_started(root)
+
+
 def test_max_cost_stops_submitting_before_the_next_trial_could_pass_it(tmp_path: Path) -> None:
     """Deterministic: the loop submits while it may before it polls, so the trials in flight
     decide: 2 x 2.02 fits in 5, a third 2.02 would not."""
