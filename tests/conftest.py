@@ -243,12 +243,22 @@ def all_runs(directory: Path) -> list:
     return client.search_runs([e.experiment_id for e in experiments]) if experiments else []
 
 
+# Fixtures that start a server process of their own (PostgreSQL, MLflow, Chromium).
+SERVER_FIXTURES = frozenset({"postgres", "tracking_server", "mlflow_server", "chromium"})
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that need the Docker engine and image are marked ``docker``."""
+    """Tests that need the Docker engine and image are marked ``docker``, those that start
+    servers ``servers``; the rest, unless ``slow``, are the fast loop's (``-m fast``)."""
     for item in items:
-        if "docker_image" in getattr(item, "fixturenames", ()):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if "docker_image" in fixtures:
             item.add_marker(pytest.mark.docker)
+        if fixtures & SERVER_FIXTURES:
+            item.add_marker(pytest.mark.servers)
+        if not any(item.get_closest_marker(m) for m in ("slow", "docker", "servers")):
+            item.add_marker(pytest.mark.fast)
 
 
 # -- a small disk to fill up ---------------------------------------------------------------

@@ -63,6 +63,7 @@ def test_import_paiexp_loads_no_heavy_library(tmp_path: Path) -> None:
     assert done.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["local", "docker"])
 def test_a_job_from_keyword_arguments_is_tracked_as_a_cli_run(
     tmp_path: Path, backend: str, request: pytest.FixtureRequest
@@ -269,6 +270,7 @@ def test_attaching_to_what_does_not_exist_raises_config_error(tmp_path: Path) ->
     assert_nothing_started(root)  # no mlflow.db, study or job made by looking
 
 
+@pytest.mark.slow
 def test_a_sweep_launched_without_waiting_outlives_the_process_that_launched_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -320,6 +322,7 @@ def test_a_sweep_launched_without_waiting_outlives_the_process_that_launched_it(
     assert (Path(best.model_uri.removeprefix("file://")) / "model.txt").is_file()
 
 
+@pytest.mark.slow
 def test_a_cli_sweep_is_read_and_stopped_from_python_while_it_runs(tmp_path: Path) -> None:
     root = project_with_sweep(tmp_path, n_trials=6, parallelism=2)
     gates = Gates(root / "gates")  # each job runs until the test opens its gate
@@ -359,6 +362,7 @@ def test_a_cli_sweep_is_read_and_stopped_from_python_while_it_runs(tmp_path: Pat
     assert len(done) == 6 and done["run_id"].notna().all() and done["score"].notna().all()
 
 
+@pytest.mark.slow
 def test_a_sweep_stopped_with_detach_leaves_its_jobs_to_the_next_launch(tmp_path: Path) -> None:
     root = project_with_sweep(tmp_path, n_trials=3, parallelism=2)
     ledger, gate = root / "ledger.txt", root / "gate"
@@ -401,6 +405,7 @@ def test_a_sweep_stopped_with_detach_leaves_its_jobs_to_the_next_launch(tmp_path
     assert len(lines) == 3 == len(set(lines))  # no job ran twice
 
 
+@pytest.mark.slow
 def test_a_pipeline_started_from_python_reports_its_steps(tmp_path: Path) -> None:
     from pipeline_helpers import statuses, write_pipeline
 
@@ -429,6 +434,7 @@ def test_a_pipeline_started_from_python_reports_its_steps(tmp_path: Path) -> Non
     assert not list((root / ".paiexp" / "launchers").glob("pipeline-broken-*"))
 
 
+@pytest.mark.slow
 def test_a_job_from_a_project_is_tracked_in_the_project_wherever_python_runs(
     tmp_path: Path,
 ) -> None:

@@ -12,10 +12,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import all_runs, clean_env, mlflow_client, run_paiexp, wait_until
 
 from paiexp.jsonfiles import read_json
 from paiexp.processes import process_alive
+
+pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
 
 HOLD = 'while [ ! -e "$GATE" ]; do sleep 0.05; done'  # the job waits for the test here
 COMMAND = (

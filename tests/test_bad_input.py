@@ -345,6 +345,7 @@ def test_a_value_with_control_characters_stays_on_one_line(tmp_path: Path) -> No
     assert_nothing_started(tmp_path)
 
 
+@pytest.mark.slow
 def test_a_job_its_backend_cannot_take_fails_in_one_line(tmp_path: Path) -> None:
     """A jobs' root no directory can be made in (/proc, even for root): refused in one line
     when the check sees it (exit 2), else the submission fails in one line (exit 1) and the

@@ -24,6 +24,8 @@ from typing import NamedTuple
 import pytest
 from conftest import REPO, clean_env
 
+pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
+
 BENCHMARKS = REPO / "benchmarks"
 HELPERS = {
     "bench_harness",  # the quick mode and tests/ on sys.path, imported by the benchmarks

@@ -18,6 +18,8 @@ from paiexp.compose import compose, locate_project
 from paiexp.errors import UserError
 from paiexp.sweep.multirun import Grid, apply_grid, split_multirun
 
+pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
+
 
 def hydra_project(root: Path) -> Path:
     for name in ("conf", "examples", "sweeps"):

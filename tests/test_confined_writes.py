@@ -22,6 +22,8 @@ from paiexp.oss import OssTransfer, OssUri
 from paiexp.retry import RetryPolicy
 from paiexp.spec import JobSpec
 
+pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
+
 MODEL = {"m/model.json": b'{"trees": 3}', "m/sub/weights.bin": b"\x00\x01"}
 
 

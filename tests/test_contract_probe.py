@@ -7,9 +7,12 @@ import shutil
 from pathlib import Path, PurePath, PurePosixPath
 from typing import Any
 
+import pytest
 import yaml
 from cli_backends import CliBackend
 from conftest import REPO, all_runs, run_paiexp
+
+pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
 
 HYPERPARAMETERS = {
     "epochs": 10,

@@ -27,7 +27,7 @@ from sweep_helpers import load_study, running_jobs, sweep_runs, synthetic_projec
 from paiexp.jsonfiles import read_json
 from paiexp.processes import process_alive
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 N_TRIALS = 6
 SWEEP = {

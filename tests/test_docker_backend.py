@@ -426,6 +426,7 @@ def test_sigkilled_launcher_reattaches_to_running_containers(tmp_path: Path, ima
 # -- bad input: one line, exit code 2, nothing started -----------------------------------------
 
 
+@pytest.mark.slow
 def test_config_mistakes_are_reported_without_importing_docker(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

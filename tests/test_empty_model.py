@@ -10,6 +10,8 @@ import yaml
 from conftest import all_runs, mlflow_client, run_paiexp
 from pipeline_helpers import starter_project
 
+pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
+
 WARNING = "succeeded but left its model channel empty"
 
 

@@ -43,6 +43,8 @@ from hypothesis import strategies as st
 import paiexp
 from paiexp.config import BACKENDS, Config, JobConfig, TrackerConfig
 
+pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
+
 LONG_RUN = os.environ.get("PAIEXP_FUZZ_EXAMPLES")
 CLI_EXAMPLES = int(LONG_RUN or 40)
 API_EXAMPLES = 10 * int(LONG_RUN) if LONG_RUN else 300

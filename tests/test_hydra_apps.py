@@ -21,6 +21,8 @@ from gates import Gates, cleaned_up
 from paiexp.processes import process_alive
 from paiexp.tracking import KIND_TAG, PARENT_RUN_TAG
 
+pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
+
 APP = """
 import logging
 import os

@@ -11,6 +11,8 @@ from hydra.test_utils.launcher_common_tests import IntegrationTestSuite, Launche
 from hydra.version import VersionBase
 from image_tags import hydra_image_tag
 
+pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
+
 
 @pytest.fixture(autouse=True)
 def _as_in_a_fresh_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

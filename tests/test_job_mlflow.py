@@ -14,6 +14,8 @@ import pytest
 from conftest import all_runs, clean_env, mlflow_client, run_paiexp
 from job_mlflow_helpers import CLASH, JOB, check_run, load_model, no_stray_store, write_project
 
+pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
+
 
 @dataclass
 class Place:

@@ -13,6 +13,8 @@ import pytest
 from conftest import clean_env, run_paiexp
 from job_mlflow_helpers import JOB, write_project
 
+pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
+
 TOKEN = "s3cret-token-value"  # the launcher's MLFLOW_TRACKING_TOKEN: the job's alone
 
 

@@ -17,6 +17,8 @@ import pytest
 from conftest import all_runs, clean_env, mlflow_client, run_paiexp, wait_until
 from job_mlflow_helpers import JOB, check_run, write_project
 
+pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
+
 
 @pytest.fixture
 def project(project: Path) -> Iterator[Path]:

@@ -195,6 +195,7 @@ def test_a_trials_points_wait_for_its_run_to_be_made(
 # -- failures and retries ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_infrastructure_failure_is_rerun_within_retries_and_counted_once(
     tmp_path: Path,
 ) -> None:

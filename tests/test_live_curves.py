@@ -30,6 +30,8 @@ from paiexp.monitor import job_log
 from paiexp.processes import process_stat
 from paiexp.sweep.records import JOB_NAME
 
+pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
+
 STEPS = 4
 
 

@@ -27,6 +27,8 @@ from paiexp.config import LocalBackendConfig
 from paiexp.jsonfiles import read_json
 from paiexp.spec import JobSpec
 
+pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
+
 GRACE = 1.0
 # Each instance leaves "<rank>.up" in the model channel (shared by the instances), then waits
 # for the file named by its WAIT_<rank> variable (none: it goes on at once).

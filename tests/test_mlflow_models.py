@@ -20,6 +20,8 @@ from paiexp.record import RunRecord
 from paiexp.spec import JobSpec
 from paiexp.tracking import MlflowTracker
 
+pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
+
 JOB = {  # the synthetic job, writing a model file
     "command": "python job.py && echo model > $PAI_OUTPUT_MODEL/model.txt",
     "hyperparameters": {"x": 0.0, "duration": 0.2, "steps": 2},

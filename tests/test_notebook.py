@@ -16,6 +16,8 @@ from sweep_helpers import load_study
 
 from paiexp.tracking import STUDY_NAME_TAG
 
+pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
+
 N_TRIALS = 8
 
 

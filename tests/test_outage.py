@@ -22,6 +22,7 @@ def error_of(call: object) -> BaseException:
     return raised.value
 
 
+@pytest.mark.slow
 def test_a_tracking_server_that_does_not_answer_is_an_outage_a_rejection_is_not(
     monkeypatch: pytest.MonkeyPatch, tracking_server: MlflowServer
 ) -> None:

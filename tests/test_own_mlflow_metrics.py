@@ -30,6 +30,8 @@ from test_live_curves import backend_for, trial_run
 from paiexp.job_mlflow import watched
 from paiexp.own_metrics import OwnMetricReader
 
+pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
+
 # The synthetic job with hyperparameter mlflow=true prints no metric: in a run of its own it
 # logs `loss` and `accuracy` per step, and `score` at its end, with mlflow.log_metric.
 OWN_METRICS_JOB = {"metric_definitions": [], "mlflow_metrics": ["score", "loss"]}

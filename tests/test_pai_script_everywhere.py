@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 from cli_backends import CliBackend
 from conftest import all_runs, run_paiexp
+
+pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
 
 SCRIPT = """\
 import json

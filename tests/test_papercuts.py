@@ -90,6 +90,7 @@ def test_the_status_line_counts_pruned_and_failed_trials_as_done() -> None:
     assert shown[-2:] == ["trial   20 FAIL     submission failed", "trial   21 PREEMPTED reclaimed"]
 
 
+@pytest.mark.slow
 def test_a_sweeps_summary_and_runs(tmp_path: Path) -> None:
     steps = 5
     root = synthetic_project(
@@ -128,6 +129,7 @@ def test_a_sweeps_summary_and_runs(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.slow
 def test_a_failed_job_prints_no_model_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = synthetic_project(tmp_path, {"params": {"x": "interval(0, 1)"}})
     done = run_paiexp(

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from cli_backends import CliBackend
 from conftest import run_paiexp
 from pipeline_helpers import pipeline_runs, starter_project, state, statuses, write_pipeline
+
+pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
 
 STEPS = {
     "train": {"overrides": {"job": {"hyperparameters": {"n_estimators": 20}}}},

@@ -16,6 +16,8 @@ from conftest import (
     run_without_heavy_imports,
 )
 
+pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
+
 PIPELINES = {
     "unknown_depends": """
 pipeline:

@@ -46,6 +46,7 @@ def test_a_quick_exit_ends_as_sys_exit_does(code: object) -> None:
     assert ends["quick"][1] == "buffered output\nthread done\natexit ran\n"
 
 
+@pytest.mark.slow
 def test_the_command_exits_quickly_with_its_code_and_all_its_output(project: Path) -> None:
     shown = run_paiexp(project, "--cfg", "job")  # piped: block-buffered, flushed at exit
     assert shown.returncode == 0, shown.stderr

@@ -20,6 +20,8 @@ from conftest import (
 )
 from sweep_helpers import load_study, sweep_runs
 
+pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
+
 PLOTS = (
     "Optimization history of test-auc",
     "Parameter importances (PED-ANOVA) of test-auc",

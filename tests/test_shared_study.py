@@ -17,6 +17,8 @@ from paiexp.config import SamplerConfig
 from paiexp.sweep.records import OWNER
 from paiexp.sweep.study import create_sampler, create_storage
 
+pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
+
 LAUNCHERS = 3
 PARALLELISM = 2
 N_TRIALS = 12

@@ -26,6 +26,8 @@ from conftest import (
 
 from paiexp.cli import runs_a_sweep
 
+pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
+
 MULTI_OBJECTIVE_WITH_PRUNER = """\
 sweep:
   objective:

@@ -13,6 +13,8 @@ from sweep_helpers import load_study, sweep_runs, synthetic_project
 
 import paiexp
 
+pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
+
 PRICE = 2.02  # CNY per hour of ecs.g6.2xlarge (DESIGN §11): an example, not a fact shipped
 HOUR = 3600  # job.max_run_time: each trial at most one instance-hour, PRICE CNY
 

@@ -30,6 +30,8 @@ from sweep_helpers import (
 from paiexp.jsonfiles import read_json
 from paiexp.processes import process_alive
 
+pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
+
 
 def job_state(root: Path, name: str) -> dict:
     return read_json(jobs_dir(root) / name / "state.json")

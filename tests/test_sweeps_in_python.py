@@ -17,6 +17,8 @@ from sweep_helpers import JOB, load_study, synthetic_project
 
 import paiexp
 
+pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
+
 
 def synthetic_job(root: Path) -> paiexp.Composed:
     """The synthetic job (tests/synthetic), composed from keyword arguments alone: no conf/."""

@@ -39,6 +39,8 @@ from paiexp.tensorboard_scalars import (
     TensorBoardScalars,
 )
 
+pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
+
 # The synthetic job with hyperparameter tensorboard=true prints no metric: it writes `loss` and
 # `accuracy` per step to the channel's train/ directory, and `score` to the channel itself.
 COST_METRICS = (INSTANCE_HOURS, COST)  # paiexp's own metrics of every run

@@ -257,6 +257,7 @@ def test_a_follower_whose_leader_never_made_the_parent_run_makes_it(
     assert follower.study.user_attrs[PARENT_RUN_ATTR] == follower.parent_run_id
 
 
+@pytest.mark.slow
 def test_a_follower_makes_the_parent_run_once_its_leader_falls_silent(tmp_path: Path) -> None:
     """A leader killed before its parent run: the follower waits while the leader heartbeats,
     and makes the run once it has been silent for the grace period (not after 120 s)."""
@@ -289,6 +290,7 @@ def test_a_follower_makes_the_parent_run_once_its_leader_falls_silent(tmp_path: 
     assert study.user_attrs[PARENT_RUN_ATTR] == follower.parent_run_id
 
 
+@pytest.mark.slow
 def test_a_call_failing_before_the_parent_run_exists_is_fatal(tmp_path: Path) -> None:
     unusable = f"sqlite:///{tmp_path / 'missing-dir' / 'mlflow.db'}"
     tracker = SweepTracker(setup_in(tmp_path, tracker_uri=unusable))
@@ -315,6 +317,7 @@ def schema(path: Path) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]], by
     return statements, revision, path.read_bytes()[18:20]
 
 
+@pytest.mark.slow
 def test_a_new_database_is_a_copy_of_mlflows_own_schema(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -342,6 +345,7 @@ def test_a_new_database_is_a_copy_of_mlflows_own_schema(
     assert schema(tmp_path / "copied.db") == schema(built)
 
 
+@pytest.mark.slow
 def test_the_launchers_plots_are_logged_unless_trials_ended_since_it_drew_them(
     tmp_path: Path,
 ) -> None:
@@ -622,6 +626,7 @@ def test_a_trials_start_is_not_joined_with_its_finish_across_its_own_points() ->
     ]
 
 
+@pytest.mark.slow
 def test_a_sweeps_store_is_written_ahead_and_left_as_mlflow_leaves_it(tmp_path: Path) -> None:
     """The tracking process writes through a write-ahead log synced at checkpoints only: a
     writer killed at once (no checkpoint, no close) loses no commit; as the sweep ends the
@@ -668,6 +673,7 @@ os.kill(os.getpid(), signal.SIGKILL)
     assert not list(alone.parent.glob("mlflow.db-*"))  # it needed no log: it was whole
 
 
+@pytest.mark.slow
 def test_a_store_another_process_is_reading_keeps_its_rollback_journal(tmp_path: Path) -> None:
     """Where the log cannot be made at once (here: another process's open read), the store
     stays as it is, and the tracker works on in it."""

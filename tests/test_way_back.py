@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from conftest import all_runs, assert_one_line_error, clean_env, run_paiexp, wait_until
 from gates import Gates, cleaned_up
@@ -18,6 +19,8 @@ from pipeline_helpers import write_pipeline
 from sweep_helpers import load_study, sweep_runs, synthetic_project
 
 from paiexp.jsonfiles import read_json
+
+pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
 
 WITH_MODELS = {
     "params": {"x": "interval(-1, 1)", "duration": 0.2, "steps": 2, "model": "true"},
