@@ -1,0 +1,141 @@
+"""The documentation site builds (``mkdocs build --strict``), and what the docs and the README
+show still works: every Python block compiles, every ``python -m paiexp`` line that composes a
+config composes (``--cfg job``; a grid, ``--dry-run``), and every subcommand they name exists."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, assert_nothing_started, run_paiexp
+
+from paiexp.cli import COMMANDS
+
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+PAIEXP = re.compile(r"^(?:\.venv/bin/)?(?:python -m paiexp|paiexp)(?:\s|$)")
+# A word that stands for a value the reader supplies (RUN_ID, IMAGE, $IMAGE, ..., [KEY=VALUE]).
+PLACEHOLDER = re.compile(r"^\$|\.\.\.|^\[|(^|=)[A-Z][A-Z0-9_]*$")
+PROJECT_DIRS = ("conf", "sweeps", "pipelines", "examples")
+
+
+def blocks(page: Path) -> list[tuple[str, int, str]]:
+    """Each fenced block of ``page``: (its language, its first line's number, its text)."""
+    found: list[tuple[str, int, str]] = []
+    language: str | None = None
+    start, body = 0, []
+    for number, line in enumerate(page.read_text().splitlines(), 1):
+        if line.startswith("```"):
+            if language is None:
+                language, start, body = line[3:].strip(), number + 1, []
+            else:
+                found.append((language, start, "\n".join(body)))  # type: ignore[arg-type]
+                language = None
+        elif language is not None:
+            body.append(line)
+    return found
+
+
+def command_lines() -> list[tuple[str, list[str]]]:
+    """Each paiexp command line of a shell block (continued lines joined, comments dropped),
+    by where it is: ``page:line``."""
+    lines = []
+    for page in PAGES:
+        for language, start, text in blocks(page):
+            if language not in ("bash", "sh", "console"):
+                continue
+            pending: list[str] = []
+            for offset, line in enumerate(text.splitlines()):
+                pending.append(line.removesuffix("\\"))
+                if line.endswith("\\"):
+                    continue
+                command, pending = " ".join(pending).strip(), []
+                if PAIEXP.match(command):
+                    words = shlex.split(command, comments=True)
+                    where = f"{page.relative_to(REPO)}:{start + offset}"
+                    lines.append((where, words[3:] if words[0].endswith("python") else words[1:]))
+    return lines
+
+
+def python_blocks() -> list[tuple[str, str]]:
+    return [
+        (f"{page.relative_to(REPO)}:{start}", text)
+        for page in PAGES
+        for language, start, text in blocks(page)
+        if language == "python"
+    ]
+
+
+COMMAND_LINES = command_lines()
+COMPOSED = [
+    (where, words)
+    for where, words in COMMAND_LINES
+    if not (words and words[0] in COMMANDS)
+    and not any(PLACEHOLDER.search(w) for w in words)
+    and not {"--info", "-i", "--cfg", "-q"} & set(words)
+]
+
+
+def test_the_site_builds_with_no_warning(tmp_path: Path) -> None:
+    """``mkdocs build --strict``: a broken link, a missing page or a docstring mkdocstrings
+    cannot render fails the build (and the command-line reference runs every parser)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert done.returncode == 0, done.stderr
+    site = tmp_path / "site"
+    cli = (site / "reference" / "cli.html").read_text()
+    assert all(f"paiexp {name}" in cli for name in COMMANDS)
+    assert 'id="paiexp.start_sweep"' in (site / "reference" / "api.html").read_text()
+
+
+PYTHON_BLOCKS = python_blocks()
+
+
+@pytest.mark.parametrize(("where", "source"), PYTHON_BLOCKS, ids=[w for w, _ in PYTHON_BLOCKS])
+def test_every_python_block_compiles(where: str, source: str) -> None:
+    compile(source, where, "exec")
+
+
+def test_the_docs_name_only_subcommands_that_exist() -> None:
+    named = {words[0] for _, words in COMMAND_LINES if words and not words[0].startswith("-")}
+    subcommands = {w for w in named if "=" not in w}
+    assert subcommands and subcommands <= set(COMMANDS), subcommands - set(COMMANDS)
+
+
+@pytest.fixture(scope="module")
+def shipped_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The repository's project (its conf/, sweeps/, pipelines/, examples/), as a copy."""
+    root = tmp_path_factory.mktemp("docs-project")
+    for name in PROJECT_DIRS:
+        shutil.copytree(REPO / name, root / name)
+    return root
+
+
+@pytest.mark.parametrize(("where", "words"), COMPOSED, ids=[w for w, _ in COMPOSED])
+def test_every_documented_command_line_composes(
+    where: str, words: list[str], shipped_project: Path
+) -> None:
+    """As written, with ``--cfg job`` (a grid: ``--dry-run``, which prints what it can cost):
+    composed and checked, nothing run."""
+    check = ["--dry-run"] if {"-m", "--multirun"} & set(words) else ["--cfg", "job"]
+    done = run_paiexp(shipped_project, *words, *check, timeout=120)
+    assert done.returncode == 0, f"{where}: paiexp {shlex.join(words)}: {done.stderr}"
+    assert_nothing_started(shipped_project)
+
+
+def test_the_checks_see_the_docs_commands() -> None:
+    """The commands above are found: a change to how the docs spell them cannot silently make
+    these tests check nothing."""
+    assert len(COMMAND_LINES) >= 40 and len(COMPOSED) >= 12, COMPOSED
+    assert len(PYTHON_BLOCKS) >= 4
