@@ -1,9 +1,11 @@
-"""The documentation site builds (``mkdocs build --strict``), and what the docs and the README
-show still works: every Python block compiles, every ``python -m paiexp`` line that composes a
-config composes (``--cfg job``; a grid, ``--dry-run``), and every subcommand they name exists."""
+"""The documentation site builds (``mkdocs build --strict``) with its generated references, and
+what the docs and the README show still works: every Python block compiles, every
+``python -m paiexp`` line that composes a config composes (``--cfg job``; a grid,
+``--dry-run``), and every subcommand they name exists."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shlex
@@ -16,6 +18,7 @@ import pytest
 from conftest import REPO, assert_nothing_started, run_paiexp
 
 from paiexp.cli import COMMANDS
+from paiexp.config import JobConfig, PaiBackendConfig, SweepConfig
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 PAIEXP = re.compile(r"^(?:\.venv/bin/)?(?:python -m paiexp|paiexp)(?:\s|$)")
@@ -97,6 +100,13 @@ def test_the_site_builds_with_no_warning(tmp_path: Path) -> None:
     cli = (site / "reference" / "cli.html").read_text()
     assert all(f"paiexp {name}" in cli for name in COMMANDS)
     assert 'id="paiexp.start_sweep"' in (site / "reference" / "api.html").read_text()
+    keys = (site / "reference" / "config.html").read_text()  # generated from the schema
+    for schema, prefix in [
+        (JobConfig, "job"),
+        (SweepConfig, "sweep"),
+        (PaiBackendConfig, "backend"),
+    ]:
+        assert all(f"{prefix}.{f.name}" in keys for f in dataclasses.fields(schema)), schema
 
 
 PYTHON_BLOCKS = python_blocks()
