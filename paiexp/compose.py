@@ -23,9 +23,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from paiexp.config import BACKENDS, Config, register_configs
+from paiexp.config_files import PIPELINES, SWEEPS
 from paiexp.errors import UserError
-from paiexp.pipeline.registry import register_selected_pipeline
-from paiexp.sweep.registry import SWEEP_SELECTION, register_selected_sweep
 
 CONFIG_NAME = "config"
 # The sweep ``-m`` runs when no +sweep=NAME is given: a grid over the command line's values.
@@ -158,15 +157,15 @@ def _registered(project: Project, overrides: Sequence[str], multirun: bool) -> l
                 "settings (run dirs, logging, launchers); set job, backend, tracker or sweep keys"
             )
     register_configs()
-    if multirun and not any(map(SWEEP_SELECTION.match, overrides)):
+    if multirun and not any(map(SWEEPS.selection.match, overrides)):
         node = {"sweep": {"name": "multirun"}}
         ConfigStore.instance().store(group="sweep", name=GRID_SWEEP, node=node, package="_global_")
         plain = [o for o in overrides if not o.lstrip("+~").startswith("sweep.")]
-        register_selected_sweep(plain, project.sweeps_dir)
+        SWEEPS.register(plain, project.sweeps_dir)
         overrides = [f"+sweep={GRID_SWEEP}", *overrides]
     else:
-        register_selected_sweep(overrides, project.sweeps_dir)
-    register_selected_pipeline(overrides, project.pipelines_dir)
+        SWEEPS.register(overrides, project.sweeps_dir)
+    PIPELINES.register(overrides, project.pipelines_dir)
     return list(overrides)
 
 

@@ -71,3 +71,9 @@ class ConfigFiles:
         if "name" not in node[self.group]:
             node[self.group].name = path.stem
         return node
+
+
+SWEEPS = ConfigFiles("sweep")  # sweeps/NAME.yaml: +sweep=NAME
+# pipelines/NAME.yaml: +pipeline=NAME; its pipeline: node holds the steps, and any other key
+# the file sets applies to every step
+PIPELINES = ConfigFiles("pipeline")

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from paiexp.compose import Project, compose, to_object
+from paiexp.config_files import SWEEPS
 from paiexp.confine import inside
 from paiexp.errors import UserError
 from paiexp.redact import redact_url
-from paiexp.sweep.registry import available_sweeps
 from paiexp.sweep.study import Objective, storage_location
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ def locate(project: Project, target: str, overrides: Sequence[str]) -> SweepTarg
     """The sweep ``target`` names: a sweep of ``sweeps/`` first, else an MLflow run id."""
     from paiexp.runs import open_tracker
 
-    if target in available_sweeps(project.sweeps_dir):
+    if target in SWEEPS.available(project.sweeps_dir):
         config = to_object(compose(project, [f"+sweep={target}", *overrides]))
         sweep = config.sweep
         assert sweep is not None
@@ -112,7 +112,7 @@ def locate(project: Project, target: str, overrides: Sequence[str]) -> SweepTarg
             config=config,
         )
     if not RUN_ID.match(target):
-        names = ", ".join(available_sweeps(project.sweeps_dir)) or "none"
+        names = ", ".join(SWEEPS.available(project.sweeps_dir)) or "none"
         raise UserError(
             f"report: {target!r} is neither a sweep (available: {names}) nor an MLflow run id"
         )
@@ -153,7 +153,7 @@ def _storage(project: Project, parent: TrackedRun) -> str:
     if "<redacted>" not in recorded:
         return recorded
     name = parent.tags["paiexp.study_name"]
-    if name in available_sweeps(project.sweeps_dir):
+    if name in SWEEPS.available(project.sweeps_dir):
         sweep = to_object(compose(project, [f"+sweep={name}"])).sweep
         assert sweep is not None
         storage = storage_location(sweep.storage, project.base_dir)

@@ -14,29 +14,51 @@ import json
 import os
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from paiexp import contract
 from paiexp.backends.base import JobState, JobStatus
 from paiexp.backends.docker_instances import CONTAINER_FILE, Instance
 from paiexp.backends.docker_outcome import killed_from_outside, outcome, timestamp
 from paiexp.backends.instance_types import Resources
+from paiexp.backends.jobdir import JobDirectories
 from paiexp.backends.local_group import last_line
 from paiexp.confine import persist_outputs
 from paiexp.jsonfiles import read_json
-
-if TYPE_CHECKING:
-    from paiexp.backends.docker import DockerBackend
 
 FAILED_FILE = "failed"
 NETWORK_GONE = "network-removed"
 TIMED_OUT = "exceeded max_run_time"  # the job's limit: its reason names no instance
 
 
+class GroupsBackend(Protocol):
+    """What the multi-instance jobs need of their docker backend (``DockerBackend``)."""
+
+    jobs: JobDirectories
+    died: set[str]  # containers it saw die
+    keep_containers: bool
+
+    @property
+    def client(self) -> Any:  # docker.DockerClient
+        ...
+
+    def job_dir(self, name: str) -> Path: ...
+
+    def container_name(self, name: str) -> str: ...
+
+    def record(self, job_dir: Path, status: JobStatus) -> None: ...
+
+    def stop_container(self, container: str) -> None: ...
+
+    def remove_container(self, container: str) -> None: ...
+
+    def remove_network(self, network: str) -> None: ...
+
+
 class InstanceGroups:
     """The multi-instance jobs of a docker backend (see the module's docstring)."""
 
-    def __init__(self, backend: DockerBackend) -> None:
+    def __init__(self, backend: GroupsBackend) -> None:
         self.backend = backend
         self._stopping: dict[str, threading.Thread] = {}  # container -> its docker stop
 

@@ -142,8 +142,7 @@ def prepare_pipeline(
 
 
 def _selected(overrides: Sequence[str]) -> str:
-    from paiexp.pipeline.registry import selected_pipeline
+    """The pipeline the overrides select (the last, as Hydra's last override wins)."""
+    from paiexp.config_files import PIPELINES
 
-    selected = selected_pipeline(overrides)
-    assert selected is not None
-    return selected
+    return PIPELINES.selected(overrides)[-1]

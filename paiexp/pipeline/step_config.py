@@ -12,9 +12,9 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from paiexp.compose import Project, compose, describe_error
+from paiexp.config_files import SWEEPS
 from paiexp.errors import UserError
 from paiexp.pipeline.graph import Step
-from paiexp.sweep.registry import available_sweeps
 
 # The job's mappings whose names are the user's (hyperparameters, channels, ...).
 OPEN_MAPPINGS = ("hyperparameters", "inputs", "outputs", "environments", "labels")
@@ -33,7 +33,7 @@ class StepConfigs:
         """The step's config before its own overrides."""
         selection: list[str] = []
         if step.sweep is not None:
-            sweeps = available_sweeps(self.project.sweeps_dir)
+            sweeps = SWEEPS.available(self.project.sweeps_dir)
             if step.sweep not in sweeps:
                 raise UserError(
                     f"{step.key('sweep')}: no such sweep {step.sweep!r}; "
