@@ -1,4 +1,4 @@
-"""ruff and mypy are part of the test suite, so CI holds the code to them."""
+"""ruff, mypy and import-linter are part of the test suite, so CI holds the code to them."""
 
 from __future__ import annotations
 
@@ -33,28 +33,19 @@ def test_readme_test_command_is_what_ci_runs() -> None:
     assert ci_command in (REPO / "README.md").read_text()
 
 
-def test_the_sweep_package_imports_one_way() -> None:
-    """No module of paiexp.sweep imports, even for type checking only, one that imports it
-    back: the types every part shares live below them (paiexp.sweep.prepared)."""
-    imports = {
-        f"paiexp.sweep.{path.stem}": sorted(_imported(path, "paiexp.sweep."))
-        for path in (REPO / "paiexp" / "sweep").glob("*.py")
-    }
-    order: list[str] = []
-    visiting: list[str] = []
-
-    def visit(module: str) -> None:
-        if module in order:
-            return
-        assert module not in visiting, " -> ".join([*visiting, module])
-        visiting.append(module)
-        for imported in imports.get(module, ()):
-            visit(imported)
-        visiting.pop()
-        order.append(module)
-
-    for module in imports:
-        visit(module)
+def test_the_import_contracts_hold() -> None:
+    """import-linter's contracts (pyproject.toml): backends import no launcher, only the entry
+    points import the command line, and no module imports one that imports it back (type-only
+    imports included), one circle named."""
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "lint-imports"), "--no-cache"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Contracts: 3 kept, 0 broken." in result.stdout, result.stdout
 
 
 def test_the_command_line_runs_through_the_python_api() -> None:
