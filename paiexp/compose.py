@@ -310,6 +310,8 @@ def _describe_omegaconf(exc: OmegaConfBaseException) -> str:
         if schema is not None and dataclasses.is_dataclass(schema):
             valid = ", ".join(field.name for field in dataclasses.fields(schema))
             return f"{key}: unknown key; valid keys here: {valid}"
+        if "not in struct" in message:  # a mapping of the user's names (inputs, ...)
+            return f"{key}: no such key yet; a leading + adds one: +{key}=VALUE"
         return f"{key}: {message}"
     if isinstance(exc, ValidationError):
         return _describe_choice(exc) or f"{key}: {message}"

@@ -142,6 +142,10 @@ CASES = {
         "job.hyperparameters.max_depth=null", mentions=("job.hyperparameters.max_depth",)
     ),
     "unparsable-override": case("job.name==", mentions=("override", "job.name==")),
+    "new-channel-without-plus": case(
+        "job.inputs.extra=data.csv",
+        mentions=("job.inputs.extra", "no such key yet", "+job.inputs.extra=VALUE"),
+    ),
     "override-without-a-key": case("+=x", mentions=("'+=x'", "no key", "KEY=VALUE")),
     "install-requirements": case(
         "backend.install_requirements=sometimes",
