@@ -80,9 +80,11 @@ class Progress:
 
     def _count_existing(self, study: Study) -> None:
         for trial in study.get_trials(deepcopy=False):
-            if trial.state.name in self.counts and not trial.user_attrs.get(RETRIED):
+            if trial.user_attrs.get(RETRIED):  # as Sweep.counts() counts them
+                self.counts[RETRIED] += 1
+                self.counts[PREEMPTED] += bool(trial.user_attrs.get(PREEMPTED))
+            elif trial.state.name in self.counts:
                 self.counts[trial.state.name] += 1
-            self.counts[PREEMPTED] += bool(trial.user_attrs.get(PREEMPTED))
         self.spent = spent(study.get_trials(deepcopy=False))
         self.best(study)
 
@@ -165,14 +167,15 @@ def status_line(
     done = complete + pruned + failed
     of = f"/{n_trials}" if n_trials is not None else ""
     failed_text = (f", {failed} failed", "red") if failed else ""
-    rerun = f" · {counts.get(RETRIED, 0)} re-run" if counts.get(RETRIED) else ""
-    if counts.get(PREEMPTED):
-        rerun += f" ({counts[PREEMPTED]} preempted)"
+    rerun, preempted = counts.get(RETRIED, 0), counts.get(PREEMPTED, 0)
+    rerun_text = f" · {rerun} re-run" if rerun else ""
+    if rerun and preempted:
+        rerun_text += f" ({preempted} preempted)"
     return Text.assemble(
         ("sweep ", "bold"),
         f"{done}{of} done ({complete} complete, {pruned} pruned",
         failed_text,
-        f") · {running} running{rerun} · best {best} · ",
+        f") · {running} running{rerun_text} · best {best} · ",
         f"cost {cost} · " if cost else "",
         f"{int(elapsed // 60):02d}:{elapsed % 60:04.1f}",
     )
