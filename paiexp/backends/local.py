@@ -45,7 +45,7 @@ from paiexp.backends.checks import (
     oss_channels,
 )
 from paiexp.backends.jobdir import JobDirectories, LocalResults, read_log_file
-from paiexp.backends.local_runner import FULL_DISK, LOCK_FILE, NO_PRIVATE_ML, PLATFORM_FAILURE
+from paiexp.backends.local_runner_base import FULL_DISK, LOCK_FILE, NO_PRIVATE_ML, PLATFORM_FAILURE
 from paiexp.backends.threads import cpu_share, thread_environment
 from paiexp.backends.warm_pool import WarmInterpreters
 from paiexp.errors import UserError

@@ -26,7 +26,7 @@ import subprocess
 import sys
 
 from paiexp import mlroot
-from paiexp.backends import local_runner
+from paiexp.backends import local_runner_base
 from paiexp.distributed import Address, Topology
 from paiexp.jsonfiles import read_json
 
@@ -45,7 +45,7 @@ def is_group(job_dir: str) -> bool:
     return os.path.isfile(os.path.join(job_dir, TOPOLOGY_FILE))
 
 
-class GroupRunner(local_runner.Runner):
+class GroupRunner(local_runner_base.Runner):
     """Runs a multi-instance job as one runner per instance (see the module's docstring)."""
 
     def __init__(
@@ -81,7 +81,15 @@ class GroupRunner(local_runner.Runner):
         env.update(self.topology.environment(rank, addresses))
         grace, cache = str(self.grace), self.cache_dir
         return subprocess.Popen(
-            [sys.executable, "-S", local_runner.__file__, directory, grace, "never", cache]
+            [
+                sys.executable,
+                "-S",
+                local_runner_base.RUNNER_SCRIPT,
+                directory,
+                grace,
+                "never",
+                cache,
+            ]
             + ([self.warm] if self.warm else []),
             env=env,
             cwd=directory,
@@ -109,7 +117,7 @@ class GroupRunner(local_runner.Runner):
                 failure = self.failure(rank)
                 if failure is not None and exit_code == 0 and self.stop_reason is None:
                     exit_code = failure[0]
-                    self.terminate(local_runner.FAILED, failure[1])
+                    self.terminate(local_runner_base.FAILED, failure[1])
         return exit_code
 
     def failure(self, rank: int) -> tuple[int, str] | None:
@@ -118,9 +126,9 @@ class GroupRunner(local_runner.Runner):
         directory = self.instance_dir(rank)
         state = read_json(os.path.join(directory, "state.json")) or {}
         name = self.topology.name(rank)
-        if state.get("state") in (local_runner.SUCCEEDED, local_runner.STOPPED):
+        if state.get("state") in (local_runner_base.SUCCEEDED, local_runner_base.STOPPED):
             return None
-        if state.get("state") != local_runner.FAILED:
+        if state.get("state") != local_runner_base.FAILED:
             return 1, f"{name}: its runner died"
         reason = str(state.get("reason") or "failed").removeprefix("command ")
         last = last_line(os.path.join(directory, "job.log"))
