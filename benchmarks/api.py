@@ -55,8 +55,8 @@ def write_study(root: Path, trials: int) -> tuple[str, str]:
     from mlflow.tracking import MlflowClient
     from optuna.distributions import FloatDistribution
 
-    from paiexp.sqlite_store import create_sqlite_database
     from paiexp.sweep.study import create_storage
+    from paiexp.tracking.sqlite_store import create_sqlite_database
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage_path = str(root / "optuna.journal")

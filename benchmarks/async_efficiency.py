@@ -59,8 +59,8 @@ def ideal_makespan(durations: list[float]) -> float:
 
 
 def run_paiexp(root: Path, jobs: int) -> float:
-    from paiexp.compose import compose as compose_config
-    from paiexp.compose import locate_project, to_object
+    from paiexp.config.compose import compose as compose_config
+    from paiexp.config.compose import locate_project, to_object
     from paiexp.sweep.launcher import Launcher
     from paiexp.sweep.prepared import prepare_sweep
     from paiexp.sweep.progress import Progress
@@ -93,9 +93,9 @@ def run_batch(root: Path, durations: list[float]) -> float:
     import optuna
 
     from paiexp.backends.local import LocalBackend
-    from paiexp.config import LocalBackendConfig
-    from paiexp.metrics import MetricDefinition
-    from paiexp.spec import JobSpec
+    from paiexp.config.schema import LocalBackendConfig
+    from paiexp.config.spec import JobSpec
+    from paiexp.metrics.extraction import MetricDefinition
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     backend = LocalBackend(LocalBackendConfig(root=str(root / "batch-jobs")), root)

@@ -53,7 +53,6 @@ def instrument() -> None:
 
     from paiexp.backends.jobdir import JobDirectories
     from paiexp.backends.local import LocalBackend, StandbyRunner
-    from paiexp.monitor import JobMonitor
     from paiexp.sweep.budget import TrialBudget
     from paiexp.sweep.claims import FileClaims
     from paiexp.sweep.ownership import Lease
@@ -62,6 +61,7 @@ def instrument() -> None:
     from paiexp.sweep.scheduler import Scheduler
     from paiexp.sweep.tracker_protocol import Tracker
     from paiexp.sweep.trial_jobs import TrialJobs
+    from paiexp.tracking.monitor import JobMonitor
 
     families: list[tuple[Any, str, str]] = [
         (Scheduler, "run", "scheduler loop (all)"),

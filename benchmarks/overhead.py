@@ -42,7 +42,7 @@ def main() -> None:
     os.environ.pop("MLFLOW_TRACKING_URI", None)
 
     from paiexp.backends.base import JobState
-    from paiexp.compose import locate_project
+    from paiexp.config.compose import locate_project
     from paiexp.runs import PreparedJob, execute, open_tracker, prepare, unique_job_name
 
     project = locate_project()

@@ -34,7 +34,7 @@ from pathlib import Path
 from bench_harness import REPO, parse_args
 from bench_project import write_project
 
-from paiexp.config import PaiBackendConfig
+from paiexp.config.schema import PaiBackendConfig
 
 SDK_STATUS_INTERVAL = 5.0  # pai.job.TrainingJob.wait: GetTrainingJob every 5 s
 SDK_LOG_INTERVAL = 1.0  # its log printer: ListTrainingJobLogs every 1 s

@@ -48,8 +48,8 @@ from typing import Any
 import yaml
 from bench_harness import REPO, parse_args
 
-from paiexp.cache import cache_root
-from paiexp.jsonfiles import read_json
+from paiexp.util.cache import cache_root
+from paiexp.util.jsonfiles import read_json
 
 EXAMPLE = REPO / "examples" / "xgb"
 GOAL_RATIO, GOAL_AUC = 1.0, 0.002

@@ -95,7 +95,7 @@ def workload_options(
 def prepare_here(root: Path, args: argparse.Namespace, sampler: str) -> PreparedSweep:
     """The sweep's project made in ``root``, made the working directory, and the sweep
     prepared as ``python -m paiexp +sweep=scale`` would (tracked in ``./mlflow.db``)."""
-    from paiexp.compose import compose, locate_project, to_object
+    from paiexp.config.compose import compose, locate_project, to_object
     from paiexp.sweep.prepared import prepare_sweep
 
     make_project(root, args, sampler)

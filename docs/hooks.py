@@ -72,7 +72,7 @@ def _default(field: dataclasses.Field[Any]) -> str:
 
 def _type(hint: Any) -> str:
     text = getattr(hint, "__name__", None) if isinstance(hint, type) else None
-    return (text or str(hint)).replace("typing.", "").replace("paiexp.config.", "")
+    return (text or str(hint)).replace("typing.", "").replace("paiexp.config.schema.", "")
 
 
 def _rows(prefix: str, cls: type) -> list[str]:
@@ -92,8 +92,8 @@ def _rows(prefix: str, cls: type) -> list[str]:
 
 
 def config_keys() -> str:
-    """Every key of the config schema (``paiexp.config``), one table per section."""
-    from paiexp.config import BACKENDS, JobConfig, PipelineConfig, SweepConfig, TrackerConfig
+    """Every key of the config schema (``paiexp.config.schema``), one table per section."""
+    from paiexp.config.schema import BACKENDS, JobConfig, PipelineConfig, SweepConfig, TrackerConfig
 
     sections = [("job", JobConfig), ("tracker", TrackerConfig), ("sweep", SweepConfig)]
     sections += [(f"backend ({name})", kind.schema) for name, kind in BACKENDS.items()]

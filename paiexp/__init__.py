@@ -22,32 +22,32 @@ TYPE_CHECKING = False  # typing itself is not loaded: a job's runner imports thi
 if TYPE_CHECKING:
     from typing import Any
 
-    from paiexp._jobs import Composed, Job, attach_job, from_project, job, run
-    from paiexp._pipelines import Pipeline, attach_pipeline, start_pipeline
-    from paiexp._sweeps import Best, Sweep, attach_sweep, start_sweep
+    from paiexp.api.jobs import Composed, Job, attach_job, from_project, job, run
+    from paiexp.api.pipelines import Pipeline, attach_pipeline, start_pipeline
+    from paiexp.api.sweeps import Best, Sweep, attach_sweep, start_sweep
     from paiexp.errors import ConfigError
 
 __version__ = "0.1.0"
 
 # The public names, each loaded from its module when first used: the package's own modules
 # (a local job's runner imports one, without ``site``) must not pay for the API's imports.
-# None is named as a module of the package is (paiexp.compose, paiexp.sweep): importing that
+# None is named as a module of the package is (paiexp.config.compose, paiexp.sweep): importing that
 # module would replace the name.
 _PUBLIC = {
-    "Best": "paiexp._sweeps",
-    "Composed": "paiexp._jobs",
+    "Best": "paiexp.api.sweeps",
+    "Composed": "paiexp.api.jobs",
     "ConfigError": "paiexp.errors",
-    "Job": "paiexp._jobs",
-    "Pipeline": "paiexp._pipelines",
-    "Sweep": "paiexp._sweeps",
-    "attach_job": "paiexp._jobs",
-    "attach_pipeline": "paiexp._pipelines",
-    "attach_sweep": "paiexp._sweeps",
-    "from_project": "paiexp._jobs",
-    "job": "paiexp._jobs",
-    "run": "paiexp._jobs",
-    "start_pipeline": "paiexp._pipelines",
-    "start_sweep": "paiexp._sweeps",
+    "Job": "paiexp.api.jobs",
+    "Pipeline": "paiexp.api.pipelines",
+    "Sweep": "paiexp.api.sweeps",
+    "attach_job": "paiexp.api.jobs",
+    "attach_pipeline": "paiexp.api.pipelines",
+    "attach_sweep": "paiexp.api.sweeps",
+    "from_project": "paiexp.api.jobs",
+    "job": "paiexp.api.jobs",
+    "run": "paiexp.api.jobs",
+    "start_pipeline": "paiexp.api.pipelines",
+    "start_sweep": "paiexp.api.sweeps",
 }
 __all__ = [
     "Best",

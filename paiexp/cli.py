@@ -30,20 +30,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from paiexp.backends.base import BackendUnavailable, SubmissionFailed
-from paiexp.diskfull import DiskFull, disk_full, record_details
 from paiexp.errors import UserError, one_line
-from paiexp.outage import OutageTooLong
-from paiexp.quick_exit import exit_as_python
-from paiexp.terminal import show_on_stderr
+from paiexp.util.diskfull import DiskFull, disk_full, record_details
+from paiexp.util.outage import OutageTooLong
+from paiexp.util.quick_exit import exit_as_python
+from paiexp.util.terminal import show_on_stderr
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-    from paiexp._jobs import Composed
-    from paiexp.compose import Project
+    from paiexp.api.jobs import Composed
+    from paiexp.config.compose import Project
     from paiexp.runs import PreparedJob
     from paiexp.sweep.prepared import PreparedSweep
-    from paiexp.tracking import MlflowTracker, TrackedRun
+    from paiexp.tracking.mlflow_tracker import MlflowTracker, TrackedRun
 
 EXIT_USER_ERROR = 2
 EXIT_JOB_FAILED = 1
@@ -54,7 +54,7 @@ INFO_CHOICES = ("all", "config", "defaults", "defaults-tree", "searchpath")
 
 def entry() -> NoReturn:
     """The ``paiexp`` command and ``python -m paiexp``: :func:`main`, then Python's exit
-    without the teardown of every module it imported (:mod:`paiexp.quick_exit`).  A command
+    without the teardown of every module it imported (:mod:`paiexp.util.quick_exit`).  A command
     line that runs a sweep starts its tracking process first, to load MLflow meanwhile."""
     if runs_a_sweep(sys.argv[1:]):
         from paiexp.sweep.tracking_process import start_ahead
@@ -172,7 +172,7 @@ def _parser(prog: str, description: str, epilog: str | None = None) -> argparse.
 
 
 def _project(args: argparse.Namespace) -> Project:
-    from paiexp.compose import locate_project
+    from paiexp.config.compose import locate_project
 
     return locate_project(args.config_path, args.config_name, args.config_dir)
 
@@ -239,8 +239,8 @@ def run_command(argv: Sequence[str]) -> int:
     if sum((bool(args.cfg), args.multirun, args.info is not None)) > 1:
         raise UserError("only one of --multirun, --cfg and --info can be given")
 
-    from paiexp._jobs import composed_from
-    from paiexp.compose import compose, show_info
+    from paiexp.api.jobs import composed_from
+    from paiexp.config.compose import compose, show_info
 
     if args.config_file:
         composed = _from_config_file(args)
@@ -279,8 +279,8 @@ def _from_config_file(args: argparse.Namespace) -> Composed:
     applied, its project the working directory."""
     import yaml
 
-    from paiexp._jobs import Composed
-    from paiexp.compose import from_yaml
+    from paiexp.api.jobs import Composed
+    from paiexp.config.compose import from_yaml
 
     for flag, given in (
         ("--multirun", args.multirun),
@@ -328,9 +328,9 @@ def rerun_command(argv: Sequence[str]) -> int:
 
     from pathlib import Path
 
-    from paiexp.compose import compose, to_object
+    from paiexp.config.compose import compose, to_object
     from paiexp.runs import open_tracker, prepare_from_record
-    from paiexp.tracking import CONFIG_ARTIFACT
+    from paiexp.tracking.mlflow_tracker import CONFIG_ARTIFACT
 
     project = _project(args)
     tracker = open_tracker(to_object(compose(project, [])))
@@ -370,7 +370,7 @@ def register_command(argv: Sequence[str]) -> int:
     parser.add_argument("name", metavar="NAME", help="the registered model")
     args = parser.parse_intermixed_args(argv)
 
-    from paiexp.compose import compose, to_object
+    from paiexp.config.compose import compose, to_object
     from paiexp.runs import open_tracker
 
     tracker = open_tracker(to_object(compose(_project(args), [])))
@@ -385,7 +385,7 @@ def attach_command(argv: Sequence[str]) -> int:
     parser.add_argument("job_name", metavar="JOB_NAME")
     args = parser.parse_intermixed_args(argv)
 
-    from paiexp.compose import compose, to_object
+    from paiexp.config.compose import compose, to_object
     from paiexp.runs import attach, open_tracker, summarize
 
     project = _project(args)
@@ -405,8 +405,8 @@ def init_command(argv: Sequence[str]) -> int:
     import os
     from pathlib import Path
 
-    from paiexp.browse import console_command
-    from paiexp.scaffold import write_starter
+    from paiexp.commands.init import write_starter
+    from paiexp.tracking.browse import console_command
 
     target = Path(args.directory)
     for path in write_starter(target):
@@ -435,8 +435,8 @@ def download_command(argv: Sequence[str]) -> int:
 
     from pathlib import Path
 
-    from paiexp.compose import compose, to_object
-    from paiexp.download import fetch_output
+    from paiexp.commands.download import fetch_output
+    from paiexp.config.compose import compose, to_object
 
     config = to_object(compose(_project(args), []))
     dest = Path(args.dest)
@@ -454,12 +454,12 @@ def images_command(argv: Sequence[str]) -> int:
     )
     args = parser.parse_intermixed_args(argv)
 
-    from paiexp.images import require_sdk
+    from paiexp.commands.images import require_sdk
 
     require_sdk()
     from paiexp.backends.pai import make_api
-    from paiexp.compose import compose, to_object
-    from paiexp.images import official_images
+    from paiexp.commands.images import official_images
+    from paiexp.config.compose import compose, to_object
 
     project = _project(args)
     config = to_object(compose(project, args.overrides))
@@ -483,7 +483,7 @@ def report_command(argv: Sequence[str]) -> int:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. sweep.storage=...")
     args = parser.parse_intermixed_args(argv)
 
-    from paiexp.report import report
+    from paiexp.commands.report import report
 
     project = _project(args)
     return report(project, args.target, args.overrides, args.output, args.top)
@@ -511,8 +511,8 @@ def tensorboard_command(argv: Sequence[str]) -> int:
 
     import shlex
 
-    from paiexp.compose import compose, to_object
-    from paiexp.tensorboard_view import command, logdirs, serve
+    from paiexp.commands.tensorboard import command, logdirs, serve
+    from paiexp.config.compose import compose, to_object
 
     project = _project(args)
     config = to_object(compose(project, []))
@@ -540,7 +540,7 @@ def import_command(argv: Sequence[str]) -> int:
     parser.add_argument("--since", metavar="DATE", help="jobs created at or after DATE (UTC)")
     args = parser.parse_intermixed_args(argv)
 
-    from paiexp.importing import JobSelection, import_pai
+    from paiexp.commands.import_pai import JobSelection, import_pai
 
     job_ids = [item for item in args.items if "=" not in item]
     selection = JobSelection.parse(job_ids, args.label, args.since)
@@ -562,7 +562,7 @@ def print_config(cfg: DictConfig, package: str | None, resolve: bool) -> int:
 
 
 def _run(job: PreparedJob, *, quiet: bool, extra_tags: dict[str, str] | None = None) -> int:
-    from paiexp._jobs import run_prepared
+    from paiexp.api.jobs import run_prepared
     from paiexp.runs import summarize
 
     ran = run_prepared(job, echo=not quiet, extra_tags=extra_tags)
@@ -575,8 +575,8 @@ def _run(job: PreparedJob, *, quiet: bool, extra_tags: dict[str, str] | None = N
 def _multirun(project: Project, overrides: Sequence[str], *, dry_run: bool) -> int:
     """``-m``: the sweep overrides' combinations as a grid sweep (see paiexp.sweep.multirun);
     ``dry_run``: only what it can cost, as for any sweep."""
-    from paiexp._jobs import composed_from
-    from paiexp.compose import compose
+    from paiexp.api.jobs import composed_from
+    from paiexp.config.compose import compose
     from paiexp.sweep.multirun import apply_grid, split_multirun
 
     plain, grid = split_multirun(overrides)
@@ -592,7 +592,7 @@ def _multirun(project: Project, overrides: Sequence[str], *, dry_run: bool) -> i
 
 
 def _sweep(prepared: PreparedSweep) -> int:
-    from paiexp._sweeps import run_shown_sweep
+    from paiexp.api.sweeps import run_shown_sweep
 
     outcome = run_shown_sweep(prepared)
     if outcome.interrupted:
@@ -601,7 +601,7 @@ def _sweep(prepared: PreparedSweep) -> int:
 
 
 def _pipeline(composed: Composed, rerun: Sequence[str], *, quiet: bool) -> int:
-    from paiexp._pipelines import run_prepared_pipeline
+    from paiexp.api.pipelines import run_prepared_pipeline
     from paiexp.pipeline.summary import summarize
 
     prepared = composed.prepared_pipeline()  # every check; nothing created yet

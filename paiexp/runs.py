@@ -19,25 +19,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from paiexp import job_mlflow
 from paiexp.backends import Backend, BackendUnavailable, JobHandle, JobState, create_backend
 from paiexp.backends.base import SubmissionFailed
-from paiexp.browse import browse_lines
-from paiexp.compose import Project, compose, from_yaml, to_container, to_object
-from paiexp.config import Config
-from paiexp.cost import Prices, prices_of, run_cost
-from paiexp.diskfull import disk_full
+from paiexp.config.compose import Project, compose, from_yaml, to_container, to_object
+from paiexp.config.record import make_record
+from paiexp.config.schema import Config
+from paiexp.config.spec import JobSpec, build_spec
+from paiexp.config.tracker_uri import check_tracker
+from paiexp.contract import job_mlflow
 from paiexp.errors import UserError
-from paiexp.metrics import unmatched_metrics
-from paiexp.monitor import JobMonitor, JobResult, OwnMetrics, job_log
-from paiexp.record import make_record
-from paiexp.spec import JobSpec, build_spec
-from paiexp.terminal import say, warn
-from paiexp.tracker_uri import check_tracker
+from paiexp.metrics.extraction import unmatched_metrics
+from paiexp.tracking.browse import browse_lines
+from paiexp.tracking.cost import Prices, prices_of, run_cost
+from paiexp.tracking.monitor import JobMonitor, JobResult, OwnMetrics, job_log
+from paiexp.util.diskfull import disk_full
+from paiexp.util.terminal import say, warn
 
 if TYPE_CHECKING:
-    from paiexp.store_merge import StoreMerge
-    from paiexp.tracking import MlflowTracker
+    from paiexp.tracking.mlflow_tracker import MlflowTracker
+    from paiexp.tracking.store_merge import StoreMerge
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ def prepare_config(cfg: Any, base_dir: Path, overrides: tuple[str, ...]) -> Prep
 
 
 def open_tracker(config: Config) -> MlflowTracker:
-    from paiexp.tracking import MlflowTracker
+    from paiexp.tracking.mlflow_tracker import MlflowTracker
 
     return MlflowTracker(config.tracker.uri, config.tracker.experiment)
 
@@ -123,7 +123,7 @@ def submit(
     tracker.log_record(run_id, record)
     spec = dataclasses.replace(job.spec, labels={**job.spec.labels, "paiexp-run": run_id})
     job_uri = job.config.tracker.job_uri
-    if job_uri:  # its own MLflow calls go to its run directly (see paiexp.job_mlflow)
+    if job_uri:  # its own MLflow calls go to its run directly (see paiexp.contract.job_mlflow)
         direct = job_mlflow.direct(job_uri, run_id, tracker.experiment_id)
         spec = dataclasses.replace(spec, environments={**spec.environments, **direct})
     try:
@@ -222,7 +222,7 @@ def follow(
 
 class OwnStore:
     """What a followed job logs with MLflow itself, merged into its run as it runs where its
-    store is on this machine (see :mod:`paiexp.store_merge`); the rest when it ends."""
+    store is on this machine (see :mod:`paiexp.tracking.store_merge`); the rest when it ends."""
 
     def __init__(
         self, backend: Backend, handle: JobHandle, tracker: Any, run_id: str, *, resumed: bool
@@ -255,7 +255,7 @@ def attach(
 
     Returns no result when the run was closed already.
     """
-    from paiexp.tracking import TERMINAL_RUN_STATUSES
+    from paiexp.tracking.mlflow_tracker import TERMINAL_RUN_STATUSES
 
     if not re.fullmatch(r"[\w-]+", job_name):  # it names a file, and is matched in a filter
         raise UserError(
@@ -279,7 +279,7 @@ def attach(
 
 def stored_config(tracker: Any, run_id: str) -> Config:
     """The resolved config a job's run was logged with."""
-    from paiexp.tracking import CONFIG_ARTIFACT
+    from paiexp.tracking.mlflow_tracker import CONFIG_ARTIFACT
 
     return to_object(from_yaml(tracker.load_text(run_id, CONFIG_ARTIFACT)))
 
@@ -295,7 +295,7 @@ def follow_again(
 ) -> JobResult:
     """Follow a tracked job found again (``tracked``: its open run) to its end and close its
     run: its spec as the run logged it, the metric steps logged already not logged twice."""
-    from paiexp.tracking import SPEC_ARTIFACT
+    from paiexp.tracking.mlflow_tracker import SPEC_ARTIFACT
 
     spec = JobSpec.from_dict(json.loads(tracker.load_text(tracked.run_id, SPEC_ARTIFACT)))
     logged = tracker.logged_steps(tracked.run_id)  # flushed by the launcher that died

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from paiexp.backends import JobHandle, JobRejected, JobState, JobStatus, LogChunk
+from paiexp.config.spec import JobSpec
 from paiexp.errors import UserError
-from paiexp.spec import JobSpec
 
 
 @dataclass(frozen=True)

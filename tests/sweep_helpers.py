@@ -12,7 +12,7 @@ import yaml
 from conftest import REPO, wait_until
 from gates import Gates, cleaned_up
 
-from paiexp.jsonfiles import read_json
+from paiexp.util.jsonfiles import read_json
 
 JOB = {
     "name": "synthetic",

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from conftest import all_runs, clean_env, mlflow_client, run_paiexp, wait_until
 
-from paiexp.jsonfiles import read_json
-from paiexp.processes import process_alive
+from paiexp.util.jsonfiles import read_json
+from paiexp.util.processes import process_alive
 
 pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
 

@@ -28,9 +28,9 @@ import pytest
 from conftest import assert_stays, wait_until
 
 from paiexp.backends import Backend, JobHandle, JobState, JobStatus
+from paiexp.config.spec import JobSpec
 from paiexp.errors import UserError
-from paiexp.jsonfiles import read_json
-from paiexp.spec import JobSpec
+from paiexp.util.jsonfiles import read_json
 
 # A command that leaves "ready" in its log, then runs until stopped.
 RUNS_UNTIL_STOPPED = "echo ready; sleep 60"
@@ -114,7 +114,7 @@ def local_platform(
     request: pytest.FixtureRequest, tmp_path: Path, *, warm: bool = False
 ) -> Platform:
     from paiexp.backends.local import LocalBackend
-    from paiexp.config import LocalBackendConfig
+    from paiexp.config.schema import LocalBackendConfig
 
     config = LocalBackendConfig(root=str(tmp_path / "jobs"), poll_interval=0.1)
     config.stop_grace_period = 2.0
@@ -173,7 +173,7 @@ def warm_command(tmp_path: Path) -> Callable[[str], dict[str, Any]]:
 
 def docker_platform(request: pytest.FixtureRequest, tmp_path: Path) -> Platform:
     from paiexp.backends.docker import ROOT_LABEL, DockerBackend
-    from paiexp.config import DockerBackendConfig
+    from paiexp.config.schema import DockerBackendConfig
 
     image = request.getfixturevalue("docker_image")
     monkeypatch = request.getfixturevalue("monkeypatch")
@@ -234,7 +234,7 @@ def pai_platform(request: pytest.FixtureRequest, tmp_path: Path) -> Platform:
     from emulator.store import split_uri
 
     from paiexp.backends.pai import PaiBackend
-    from paiexp.config import PaiBackendConfig, PaiOssConfig, PaiRetryConfig
+    from paiexp.config.schema import PaiBackendConfig, PaiOssConfig, PaiRetryConfig
 
     cloud = request.getfixturevalue("pai_cloud")
     monkeypatch = request.getfixturevalue("monkeypatch")
@@ -351,7 +351,7 @@ def openpai_platform(request: pytest.FixtureRequest, tmp_path: Path) -> Platform
 
 def openpai_config(server: Any, **settings: Any) -> Any:
     """A backend=openpai config for a fake cluster (its token: OPENPAI_TOKEN)."""
-    from paiexp.config import OpenPaiBackendConfig, OpenPaiStorageConfig, PaiRetryConfig
+    from paiexp.config.schema import OpenPaiBackendConfig, OpenPaiStorageConfig, PaiRetryConfig
 
     storage = OpenPaiStorageConfig(
         name="confignfs", local_path=str(server.storage_dir("confignfs"))

@@ -14,7 +14,7 @@ import yaml
 from conftest import REPO, assert_nothing_started, run_paiexp
 from sweep_helpers import load_study, sweep_runs, synthetic_project
 
-from paiexp.compose import compose, locate_project
+from paiexp.config.compose import compose, locate_project
 from paiexp.errors import UserError
 from paiexp.sweep.multirun import Grid, apply_grid, split_multirun
 

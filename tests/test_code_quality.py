@@ -50,9 +50,9 @@ def test_the_import_contracts_hold() -> None:
 
 def test_the_command_line_runs_through_the_python_api() -> None:
     """The CLI composes, checks and runs jobs, sweeps and pipelines with the API's calls
-    (paiexp._jobs, _sweeps, _pipelines): no launcher, runner or submission of its own."""
+    (paiexp.api.jobs, _sweeps, _pipelines): no launcher, runner or submission of its own."""
     imported = _imported(REPO / "paiexp" / "cli.py", "paiexp.")
-    assert {"paiexp._jobs", "paiexp._sweeps", "paiexp._pipelines"} <= imported
+    assert {"paiexp.api.jobs", "paiexp.api.sweeps", "paiexp.api.pipelines"} <= imported
     runners = {"paiexp.sweep.launcher", "paiexp.pipeline.runner", "paiexp.pipeline.resume"}
     assert not imported & runners
     names = {

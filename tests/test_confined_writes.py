@@ -16,11 +16,11 @@ import yaml
 from conftest import all_runs, assert_one_line_error, run_paiexp
 from emulator import Emulator
 
-from paiexp.confine import Escape, copy_tree
-from paiexp.credentials import credential_client
-from paiexp.oss import OssTransfer, OssUri
-from paiexp.retry import RetryPolicy
-from paiexp.spec import JobSpec
+from paiexp.cloud.credentials import credential_client
+from paiexp.cloud.oss import OssTransfer, OssUri
+from paiexp.config.spec import JobSpec
+from paiexp.util.confine import Escape, copy_tree
+from paiexp.util.retry import RetryPolicy
 
 pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
 

@@ -1,4 +1,5 @@
-"""Unit tests of paiexp.contract: the PAI_* variables and the /ml tree a training script sees."""
+"""Unit tests of paiexp.contract.layout: the PAI_* variables and the /ml tree a training script
+sees."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from paiexp import contract
-from paiexp.contract import (
+from paiexp.contract import layout as contract
+from paiexp.contract.layout import (
     OUTPUT_CHANNELS,
     JobLayout,
     environment,

@@ -45,7 +45,7 @@ ML_TREE = [
     "output/extra/",
     "output/model/",
     "output/output_parameters/",
-    "output/paiexp_mlflow/",  # the job's own MLflow store's (paiexp.job_mlflow)
+    "output/paiexp_mlflow/",  # the job's own MLflow store's (paiexp.contract.job_mlflow)
     "output/tensorboard/",
     "usercode/",
     "usercode/probe.py",
@@ -114,7 +114,7 @@ def assert_contract_seen(seen: dict[str, Any], ml: PurePath) -> None:
         "PAI_OUTPUT_EXTRA": str(ml / "output" / "extra"),
         # numbers the job reports, one file each: a channel PAI jobs are given too
         "PAI_OUTPUT_OUTPUT_PARAMETERS": str(ml / "output" / "output_parameters"),
-        # the job's own MLflow store's (paiexp.job_mlflow), a channel of PAI jobs too
+        # the job's own MLflow store's (paiexp.contract.job_mlflow), a channel of PAI jobs too
         "PAI_OUTPUT_PAIEXP_MLFLOW": str(ml / "output" / "paiexp_mlflow"),
     }
     assert seen["cwd"] == seen["working_dir"] == str(ml / "usercode")

@@ -1,12 +1,13 @@
-"""What a run costs (paiexp/cost.py): instances x hours x the price, a spot job at most at its
+"""What a run costs (paiexp/tracking/cost.py): instances x hours x the price, a spot job at most at
+its
 discount limit, instance-hours alone where no price is known."""
 
 from __future__ import annotations
 
 import pytest
 
-from paiexp.config import PaiBackendConfig, PaiSpotConfig, PricesConfig, SpotStrategy
-from paiexp.cost import prices_of, run_cost
+from paiexp.config.schema import PaiBackendConfig, PaiSpotConfig, PricesConfig, SpotStrategy
+from paiexp.tracking.cost import prices_of, run_cost
 
 PRICE = 2.02  # CNY per hour of ecs.g6.2xlarge (DESIGN §11)
 

@@ -24,8 +24,8 @@ from conftest import clean_env, fill_disk, run_paiexp, wait_until
 from gates import Gates
 from sweep_helpers import load_study, running_jobs, sweep_runs, synthetic_project
 
-from paiexp.jsonfiles import read_json
-from paiexp.processes import process_alive
+from paiexp.util.jsonfiles import read_json
+from paiexp.util.processes import process_alive
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -146,10 +146,10 @@ def test_a_job_log_that_cannot_be_copied_names_its_file(tmp_path: Path, small_di
     naming no file: the disk-full line still names it."""
     from paiexp.backends import JobState
     from paiexp.backends.local import LocalBackend
-    from paiexp.config import LocalBackendConfig
-    from paiexp.diskfull import disk_full
-    from paiexp.monitor import JobMonitor
-    from paiexp.spec import JobSpec
+    from paiexp.config.schema import LocalBackendConfig
+    from paiexp.config.spec import JobSpec
+    from paiexp.tracking.monitor import JobMonitor
+    from paiexp.util.diskfull import disk_full
 
     backend = LocalBackend(LocalBackendConfig(root=str(tmp_path / "jobs")), tmp_path)
     handle = backend.submit(JobSpec(name="talk", command="echo one; echo two"))
@@ -178,7 +178,7 @@ SQLITE_IOERR_SHMSIZE = 10 | (19 << 8)  # a write-ahead log's shared memory could
 def test_an_sqlite_io_error_is_a_full_disk_only_where_the_disk_is_full(
     tmp_path: Path, small_disk: Path
 ) -> None:
-    from paiexp.diskfull import disk_full
+    from paiexp.util.diskfull import disk_full
 
     error = SQLiteError(SQLITE_IOERR_SHMSIZE)
     assert disk_full(error, str(small_disk / "mlflow.db")) is None  # room left: an I/O error

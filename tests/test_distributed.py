@@ -1,4 +1,5 @@
-"""The distributed contract of multi-instance jobs (paiexp.distributed) and the job type rule."""
+"""The distributed contract of multi-instance jobs (paiexp.contract.distributed) and the job type
+rule."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from paiexp.config import PaiBackendConfig, PaiJobType, PaiOssConfig
-from paiexp.distributed import PYTORCH_JOB, TF_JOB, Topology, job_type
-from paiexp.spec import JobSpec
+from paiexp.config.schema import PaiBackendConfig, PaiJobType, PaiOssConfig
+from paiexp.config.spec import JobSpec
+from paiexp.contract.distributed import PYTORCH_JOB, TF_JOB, Topology, job_type
 
 ADDRESSES = [("master", 23456), ("w0", 23457), ("w1", 23458)]
 

@@ -40,9 +40,9 @@ from test_contract_probe import assert_contract_seen, write_probe_project
 
 from paiexp.backends import JobHandle, JobState
 from paiexp.backends.docker import JOB_LABEL, ROOT_LABEL, DockerBackend
-from paiexp.config import DockerBackendConfig
+from paiexp.config.schema import DockerBackendConfig
+from paiexp.config.spec import JobSpec
 from paiexp.errors import UserError
-from paiexp.spec import JobSpec
 
 
 @pytest.fixture

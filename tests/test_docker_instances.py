@@ -24,8 +24,8 @@ from ddp_helpers import assert_trained_in_step
 
 from paiexp.backends import JobState
 from paiexp.backends.docker import JOB_LABEL, ROOT_LABEL, DockerBackend
-from paiexp.config import DockerBackendConfig
-from paiexp.spec import JobSpec
+from paiexp.config.schema import DockerBackendConfig
+from paiexp.config.spec import JobSpec
 
 GRACE = 1.0
 MODEL = "/ml/output/model"  # in every container: the job's model channel, shared

@@ -18,7 +18,7 @@ import pytest
 from conftest import REPO, assert_nothing_started, run_paiexp
 
 from paiexp.cli import COMMANDS
-from paiexp.config import JobConfig, PaiBackendConfig, SweepConfig
+from paiexp.config.schema import JobConfig, PaiBackendConfig, SweepConfig
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 PAIEXP = re.compile(r"^(?:\.venv/bin/)?(?:python -m paiexp|paiexp)(?:\s|$)")

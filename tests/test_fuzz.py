@@ -41,7 +41,7 @@ from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
 import paiexp
-from paiexp.config import BACKENDS, Config, JobConfig, TrackerConfig
+from paiexp.config.schema import BACKENDS, Config, JobConfig, TrackerConfig
 
 pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
 
@@ -192,7 +192,7 @@ def config_keys(project: Path) -> dict[str, Any]:
     with its schema type (Any for a key only the config has, a hyperparameter say)."""
     from omegaconf import OmegaConf
 
-    from paiexp.compose import compose, locate_project
+    from paiexp.config.compose import compose, locate_project
 
     keys: dict[str, Any] = {}
     composed = OmegaConf.to_container(compose(locate_project(str(project / "conf")), []))

@@ -26,9 +26,9 @@ from conftest import clean_env, wait_until
 from gates import Gates, cleaned_up
 from sweep_helpers import counted_trials, load_study, sweep_runs, synthetic_project
 
-from paiexp.processes import process_alive, process_stat
 from paiexp.sweep.tracking import MAX_RESTARTS, SweepTracker
 from paiexp.sweep.tracking_messages import TrackingSetup
+from paiexp.util.processes import process_alive, process_stat
 
 pytestmark = pytest.mark.slow
 

@@ -18,8 +18,8 @@ import yaml
 from conftest import all_runs, assert_nothing_started, clean_env, wait_until
 from gates import Gates, cleaned_up
 
-from paiexp.processes import process_alive
-from paiexp.tracking import KIND_TAG, PARENT_RUN_TAG
+from paiexp.tracking.mlflow_tracker import KIND_TAG, PARENT_RUN_TAG
+from paiexp.util.processes import process_alive
 
 pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
 

@@ -25,8 +25,8 @@ from gates import Gates, cleaned_up
 from pipeline_helpers import starter_project
 from test_hydra_apps import launcher_config, platform  # noqa: F401 (a fixture)
 
-from paiexp.processes import process_alive
 from paiexp.sweep.records import OWNER
+from paiexp.util.processes import process_alive
 
 pytestmark = pytest.mark.slow
 HYDRA_HINT = "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace."

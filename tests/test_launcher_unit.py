@@ -21,8 +21,8 @@ from rich.console import Console
 from sweep_helpers import synthetic_project, third_trial_pruned
 
 from paiexp.backends import JobState
-from paiexp.compose import compose, locate_project, to_object
-from paiexp.spec import JobSpec
+from paiexp.config.compose import compose, locate_project, to_object
+from paiexp.config.spec import JobSpec
 from paiexp.sweep import scheduler
 from paiexp.sweep.launcher import Launcher
 from paiexp.sweep.opening import open_study

@@ -26,9 +26,9 @@ from test_helper_deaths import runs_by_status, tracking_process_of
 from test_openpai_backend import STORAGE, cluster_for, openpai_env, openpai_overrides
 from test_pai_backend import pai_env, pai_overrides
 
-from paiexp.monitor import job_log
-from paiexp.processes import process_stat
 from paiexp.sweep.records import JOB_NAME
+from paiexp.tracking.monitor import job_log
+from paiexp.util.processes import process_stat
 
 pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
 

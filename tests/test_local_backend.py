@@ -16,11 +16,11 @@ from conftest import assert_stays, wait_until
 
 from paiexp.backends import JobHandle, JobState, JobStatus
 from paiexp.backends.local import LocalBackend
-from paiexp.config import LocalBackendConfig
+from paiexp.config.schema import LocalBackendConfig
+from paiexp.config.spec import JobSpec
 from paiexp.errors import UserError
-from paiexp.jsonfiles import read_json
-from paiexp.processes import process_alive
-from paiexp.spec import JobSpec
+from paiexp.util.jsonfiles import read_json
+from paiexp.util.processes import process_alive
 
 
 def make_backend(tmp_path: Path, **options: object) -> LocalBackend:

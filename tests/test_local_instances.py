@@ -23,9 +23,9 @@ from test_local_backend import pid_gone
 
 from paiexp.backends import JobState
 from paiexp.backends.local import LocalBackend
-from paiexp.config import LocalBackendConfig
-from paiexp.jsonfiles import read_json
-from paiexp.spec import JobSpec
+from paiexp.config.schema import LocalBackendConfig
+from paiexp.config.spec import JobSpec
+from paiexp.util.jsonfiles import read_json
 
 pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
 

@@ -40,8 +40,8 @@ LAUNCHER = """\
 import json, sys
 from pathlib import Path
 from paiexp.backends.local import LocalBackend
-from paiexp.config import LocalBackendConfig
-from paiexp.spec import JobSpec
+from paiexp.config.schema import LocalBackendConfig
+from paiexp.config.spec import JobSpec
 
 root = Path(sys.argv[1])
 backend = LocalBackend(LocalBackendConfig(root=str(root / "jobs")), root)

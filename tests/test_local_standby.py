@@ -18,10 +18,10 @@ from conftest import wait_until
 
 from paiexp.backends import JobHandle, JobState, JobStatus
 from paiexp.backends.local import LocalBackend
-from paiexp.config import LocalBackendConfig
-from paiexp.jsonfiles import read_json
-from paiexp.processes import process_alive
-from paiexp.spec import JobSpec
+from paiexp.config.schema import LocalBackendConfig
+from paiexp.config.spec import JobSpec
+from paiexp.util.jsonfiles import read_json
+from paiexp.util.processes import process_alive
 
 
 def make_backend(tmp_path: Path) -> LocalBackend:
@@ -100,8 +100,8 @@ def kill_a_launcher_after(root: Path, *steps: str) -> int:
             "import time",
             "from pathlib import Path",
             "from paiexp.backends.local import LocalBackend",
-            "from paiexp.config import LocalBackendConfig",
-            "from paiexp.spec import JobSpec",
+            "from paiexp.config.schema import LocalBackendConfig",
+            "from paiexp.config.spec import JobSpec",
             f"backend = LocalBackend(LocalBackendConfig(root={str(root)!r}), Path('/'))",
             "backend.set_concurrency(1)",
             *steps,

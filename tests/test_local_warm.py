@@ -23,9 +23,9 @@ from test_contract_probe import HYPERPARAMETERS, assert_contract_seen, write_pro
 from paiexp.backends import JobState, JobStatus
 from paiexp.backends.local import LocalBackend
 from paiexp.backends.threads import cpu_share
-from paiexp.config import LocalBackendConfig
-from paiexp.processes import process_alive
-from paiexp.spec import JobSpec
+from paiexp.config.schema import LocalBackendConfig
+from paiexp.config.spec import JobSpec
+from paiexp.util.processes import process_alive
 
 # What a job sees, as one JSON line; then it ends as PROBE_END says.
 PROBE = textwrap.dedent(

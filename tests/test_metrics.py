@@ -1,4 +1,4 @@
-"""Unit tests of paiexp.metrics: log regexes and output-parameter files."""
+"""Unit tests of paiexp.metrics.extraction: log regexes and output-parameter files."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from paiexp.metrics import (
+from paiexp.metrics.extraction import (
     MetricDefinition,
     MetricExtractor,
     definition_error,

@@ -16,9 +16,9 @@ from emulator import Emulator
 from servers import free_port
 from sweep_helpers import synthetic_project
 
-from paiexp.record import RunRecord
-from paiexp.spec import JobSpec
-from paiexp.tracking import MlflowTracker
+from paiexp.config.record import RunRecord
+from paiexp.config.spec import JobSpec
+from paiexp.tracking.mlflow_tracker import MlflowTracker
 
 pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
 

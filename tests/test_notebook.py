@@ -14,7 +14,7 @@ from nbclient import NotebookClient
 from pipeline_helpers import starter_project
 from sweep_helpers import load_study
 
-from paiexp.tracking import STUDY_NAME_TAG
+from paiexp.tracking.mlflow_tracker import STUDY_NAME_TAG
 
 pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
 

@@ -34,8 +34,8 @@ from test_backend_contract import openpai_config
 
 from paiexp.backends import JobHandle, JobState, JobStatus
 from paiexp.backends.openpai import OpenPaiBackend
+from paiexp.config.spec import JobSpec
 from paiexp.errors import UserError
-from paiexp.spec import JobSpec
 
 STORAGE = "confignfs"
 

@@ -36,8 +36,8 @@ from test_openpai_backend import (
 from paiexp.backends import JobHandle, JobState
 from paiexp.backends.openpai import OpenPaiBackend
 from paiexp.backends.openpai_distributed import exports
-from paiexp.distributed import TF_JOB, Topology
-from paiexp.spec import JobSpec
+from paiexp.config.spec import JobSpec
+from paiexp.contract.distributed import TF_JOB, Topology
 
 # Each task leaves "<rank>.up" in the model channel (one directory on the storage for the
 # job's tasks), then waits for the file its WAIT_<rank> variable names (none: it goes on).

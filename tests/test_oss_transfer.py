@@ -1,4 +1,4 @@
-"""paiexp.oss against the emulator's OSS: content-addressed uploads, resumable big files."""
+"""paiexp.cloud.oss against the emulator's OSS: content-addressed uploads, resumable big files."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 from emulator import Emulator
 from emulator.common import FaultPlan
 
-from paiexp.credentials import credential_client
-from paiexp.oss import OssTransfer, OssUri
-from paiexp.retry import RetryPolicy
+from paiexp.cloud.credentials import credential_client
+from paiexp.cloud.oss import OssTransfer, OssUri
+from paiexp.util.retry import RetryPolicy
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Riding out a service's outage (paiexp.outage): which errors are an outage, told how.
+"""Riding out a service's outage (paiexp.util.outage): which errors are an outage, told how.
 
 The errors are real ones: an MLflow client and a database driver against a port nothing
 listens on, a real tracking server's and a real PostgreSQL's answers that reject a call.
@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 from servers import MlflowServer, Postgres, free_port
 
-from paiexp.outage import Outage, OutageTooLong, describe, transient_database_error
-from paiexp.retry import RetryPolicy
-from paiexp.tracking import transient_tracking_error
+from paiexp.tracking.mlflow_tracker import transient_tracking_error
+from paiexp.util.outage import Outage, OutageTooLong, describe, transient_database_error
+from paiexp.util.retry import RetryPolicy
 
 QUICK = RetryPolicy(base_delay=0.01, max_delay=0.02)
 

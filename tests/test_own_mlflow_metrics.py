@@ -27,8 +27,8 @@ from sweep_helpers import (
 from test_docker_backend import ChannelGates
 from test_live_curves import backend_for, trial_run
 
-from paiexp.job_mlflow import watched
-from paiexp.own_metrics import OwnMetricReader
+from paiexp.contract.job_mlflow import watched
+from paiexp.metrics.own_mlflow import OwnMetricReader
 
 pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
 

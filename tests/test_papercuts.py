@@ -38,12 +38,12 @@ from sweep_helpers import (
 )
 
 from paiexp.cli import COMMANDS
-from paiexp.compose import compose, locate_project, to_object
-from paiexp.download import MlflowRuns, SqliteRuns, sqlite_file
+from paiexp.commands.download import MlflowRuns, SqliteRuns, sqlite_file
+from paiexp.config.compose import compose, locate_project, to_object
 from paiexp.sweep.progress import Progress, status_line
 from paiexp.sweep.records import PREEMPTED
 from paiexp.sweep.study import Objective
-from paiexp.tracking import tracking_uri
+from paiexp.tracking.mlflow_tracker import tracking_uri
 
 OUTSIDE_THE_VENV = "/usr/local/bin:/usr/bin:/bin"  # PATH without the environment's bin/
 

@@ -23,7 +23,7 @@ from pipeline_helpers import (
 )
 from sweep_helpers import load_study
 
-from paiexp.jsonfiles import read_json
+from paiexp.util.jsonfiles import read_json
 
 pytestmark = pytest.mark.slow
 SMALL_SEARCH = "pipeline.steps.search.overrides.sweep.n_trials=3"

@@ -16,7 +16,7 @@ from preemption_helpers import assert_resumed, epochs_project, sweep_preempting
 from sweep_helpers import jobs_dir
 from test_pai_backend import pai_env, pai_overrides
 
-from paiexp.jsonfiles import read_json
+from paiexp.util.jsonfiles import read_json
 
 pytestmark = pytest.mark.slow
 

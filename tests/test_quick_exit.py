@@ -12,7 +12,7 @@ from conftest import clean_env, run_paiexp
 
 SCRIPT = """
 import atexit, sys, threading
-from paiexp.quick_exit import exit_as_python
+from paiexp.util.quick_exit import exit_as_python
 
 gate = threading.Event()
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from conftest import all_runs, clean_env, mlflow_client, run_paiexp
 
+from paiexp.config.spec import JobSpec
 from paiexp.runs import prepare_from_record
-from paiexp.spec import JobSpec
-from paiexp.tracking import CONFIG_ARTIFACT
+from paiexp.tracking.mlflow_tracker import CONFIG_ARTIFACT
 
 pytestmark = pytest.mark.slow
 SECRET = "s3cr3t-Value-never-logged"

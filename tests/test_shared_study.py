@@ -13,7 +13,7 @@ from gates import Gates
 from optuna.distributions import FloatDistribution, IntDistribution
 from sweep_helpers import load_study, sweep_runs, synthetic_project
 
-from paiexp.config import SamplerConfig
+from paiexp.config.schema import SamplerConfig
 from paiexp.sweep.records import OWNER
 from paiexp.sweep.study import create_sampler, create_storage
 

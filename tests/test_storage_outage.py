@@ -39,8 +39,8 @@ from sweep_helpers import (
     synthetic_project,
 )
 
-from paiexp.jsonfiles import read_json
 from paiexp.sweep.records import JOB_NAME
+from paiexp.util.jsonfiles import read_json
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -27,8 +27,8 @@ from sweep_helpers import (
     third_trial_pruned,
 )
 
-from paiexp.jsonfiles import read_json
-from paiexp.processes import process_alive
+from paiexp.util.jsonfiles import read_json
+from paiexp.util.processes import process_alive
 
 pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
 

@@ -21,10 +21,10 @@ from conftest import clean_env, run_paiexp, wait_until
 from gates import Gates
 from sweep_helpers import jobs_dir, load_study, sweep_runs, synthetic_project
 
-from paiexp.jsonfiles import read_json
-from paiexp.processes import process_stat
 from paiexp.sweep.claims import FileClaims
 from paiexp.sweep.records import OWNER
+from paiexp.util.jsonfiles import read_json
+from paiexp.util.processes import process_stat
 
 pytestmark = pytest.mark.slow
 N_TRIALS = 12

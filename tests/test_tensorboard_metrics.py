@@ -32,12 +32,12 @@ from sweep_helpers import (
 )
 from test_live_curves import backend_for
 
-from paiexp.cost import COST, INSTANCE_HOURS
-from paiexp.tensorboard_scalars import (
+from paiexp.metrics.tensorboard import (
     ScalarReader,
     TensorBoardMetric,
     TensorBoardScalars,
 )
+from paiexp.tracking.cost import COST, INSTANCE_HOURS
 
 pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
 

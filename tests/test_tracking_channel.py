@@ -22,17 +22,10 @@ from mlflow.tracking import MlflowClient
 from mlflow.tracking._tracking_service import client as mlflow_service_client
 
 from paiexp.backends.base import JobHandle, JobState, JobStatus
-from paiexp.config import LocalBackendConfig
-from paiexp.metrics import MetricPoint
-from paiexp.monitor import JobResult
-from paiexp.record import make_record
-from paiexp.spec import JobSpec
-from paiexp.sqlite_store import (
-    create_sqlite_database,
-    leave_write_ahead,
-    template_path,
-    write_ahead,
-)
+from paiexp.config.record import make_record
+from paiexp.config.schema import LocalBackendConfig
+from paiexp.config.spec import JobSpec
+from paiexp.metrics.extraction import MetricPoint
 from paiexp.sweep import tracking_worker
 from paiexp.sweep.opening import LEADER_ATTR, PARENT_RUN_ATTR
 from paiexp.sweep.ownership import study_storage
@@ -58,7 +51,14 @@ from paiexp.sweep.tracking_messages import (
 )
 from paiexp.sweep.tracking_queue import CallQueue
 from paiexp.sweep.tracking_worker import TrackingWorker
-from paiexp.tracking import MAX_TAG_CHARS, PARAM_MAX_CHARS, MlflowTracker
+from paiexp.tracking.mlflow_tracker import MAX_TAG_CHARS, PARAM_MAX_CHARS, MlflowTracker
+from paiexp.tracking.monitor import JobResult
+from paiexp.tracking.sqlite_store import (
+    create_sqlite_database,
+    leave_write_ahead,
+    template_path,
+    write_ahead,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -637,8 +637,8 @@ def test_a_sweeps_store_is_written_ahead_and_left_as_mlflow_leaves_it(tmp_path: 
     writer = f"""
 import os, signal
 from sqlalchemy import create_engine
-from paiexp.sqlite_store import write_ahead
-from paiexp.tracking import MlflowTracker
+from paiexp.tracking.sqlite_store import write_ahead
+from paiexp.tracking.mlflow_tracker import MlflowTracker
 write_ahead({uri!r})
 tracker = MlflowTracker({uri!r}, "killed")
 for name in ("a", "b", "c"):

@@ -18,7 +18,7 @@ from gates import Gates, cleaned_up
 from pipeline_helpers import write_pipeline
 from sweep_helpers import load_study, sweep_runs, synthetic_project
 
-from paiexp.jsonfiles import read_json
+from paiexp.util.jsonfiles import read_json
 
 pytestmark = pytest.mark.slow  # runs jobs, sweeps or the paiexp command
 

@@ -43,7 +43,7 @@ def __getattr__(name: str) -> Any:
 
 def create_backend(config: Any, base_dir: Path) -> Backend:
     """The backend a composed ``backend`` config names; relative paths are under ``base_dir``."""
-    from paiexp.config import BACKENDS  # the schemas load Hydra: only when a backend is made
+    from paiexp.config.schema import BACKENDS  # the schemas load Hydra: only when a backend is made
 
     kind = BACKENDS.get(config.name)
     if kind is None:

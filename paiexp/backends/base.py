@@ -8,8 +8,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Protocol
 
+from paiexp.config.spec import JobSpec
 from paiexp.errors import UserError
-from paiexp.spec import JobSpec
 
 
 class JobState(StrEnum):
@@ -125,7 +125,8 @@ class Backend(Protocol):
         """Whether the job left no file in this output channel (or has no such channel)."""
 
     def own_mlflow_store(self, handle: JobHandle, scratch: Path | None) -> Path | None:
-        """The MLflow store the job's own calls made in its outputs (:mod:`paiexp.job_mlflow`)
+        """The MLflow store the job's own calls made in its outputs
+        (:mod:`paiexp.contract.job_mlflow`)
         as a directory here: where it is, on this machine, else a copy made in ``scratch``
         (none without one: a job's store is copied once it ended); None when it made none."""
 
@@ -138,7 +139,8 @@ class Backend(Protocol):
         while there is none."""
 
     def own_mlflow_dir(self, handle: JobHandle, *, final: bool = False) -> Path | None:
-        """The MLflow store the job's own calls make (:mod:`paiexp.job_mlflow`) as a directory
+        """The MLflow store the job's own calls make (:mod:`paiexp.contract.job_mlflow`) as a
+        directory
         here, as it is now (a remote one's new bytes fetched first, as :meth:`tensorboard_dir`
         does), or None while there is none."""
 

@@ -9,10 +9,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from paiexp.config import InstallMode
+from paiexp.config.schema import InstallMode
+from paiexp.config.spec import JobSpec, creatable_path
 from paiexp.errors import UserError
-from paiexp.seconds import check_seconds
-from paiexp.spec import JobSpec, creatable_path
+from paiexp.util.seconds import check_seconds
 
 OSS_SCHEME = "oss://"
 

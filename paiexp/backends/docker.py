@@ -34,7 +34,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from paiexp import contract, job_mlflow
 from paiexp.backends.base import JobHandle, JobRejected, JobState, JobStatus, LogChunk
 from paiexp.backends.checks import (
     check_local_job,
@@ -57,14 +56,16 @@ from paiexp.backends.docker_outcome import killed_from_outside, outcome, timesta
 from paiexp.backends.instance_types import Resources, resolve
 from paiexp.backends.jobdir import JobDirectories, LocalResults, read_log_file
 from paiexp.backends.threads import cpu_share, thread_environment
-from paiexp.cache import cache_root
-from paiexp.confine import persist_outputs
-from paiexp.distributed import Topology, job_type
+from paiexp.cloud.oss import OssTransfer, OssUri, endpoint_url
+from paiexp.config.spec import JobSpec
+from paiexp.contract import job_mlflow
+from paiexp.contract import layout as contract
+from paiexp.contract.distributed import Topology, job_type
 from paiexp.errors import UserError
-from paiexp.jsonfiles import read_json, write_json_atomic
-from paiexp.oss import OssTransfer, OssUri, endpoint_url
-from paiexp.retry import RetryPolicy
-from paiexp.spec import JobSpec
+from paiexp.util.cache import cache_root
+from paiexp.util.confine import persist_outputs
+from paiexp.util.jsonfiles import read_json, write_json_atomic
+from paiexp.util.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -256,7 +257,7 @@ class DockerBackend(LocalResults):
     def oss(self) -> OssTransfer:
         """OSS access for ``oss://`` inputs, built on first use."""
         if self._oss is None:
-            from paiexp.credentials import credential_client
+            from paiexp.cloud.credentials import credential_client
 
             self._oss = OssTransfer(
                 endpoint_url(self.oss_config.endpoint, self.oss_config.region),

@@ -10,12 +10,12 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-import paiexp.requirements
-from paiexp.requirements import requirement_lines
-from paiexp.spec import JobSpec
+import paiexp.util.requirements
+from paiexp.config.spec import JobSpec
+from paiexp.util.requirements import requirement_lines
 
 # Run by the image's Python: exit 0 when every requirement given is installed already.
-SATISFIED = Path(paiexp.requirements.__file__).read_text()
+SATISFIED = Path(paiexp.util.requirements.__file__).read_text()
 
 FAILED_INSTALL = shlex.quote("installing the job's requirements failed (see log)")
 

@@ -16,15 +16,15 @@ import threading
 from pathlib import Path
 from typing import Any, Protocol
 
-from paiexp import contract
 from paiexp.backends.base import JobState, JobStatus
 from paiexp.backends.docker_instances import CONTAINER_FILE, Instance
 from paiexp.backends.docker_outcome import killed_from_outside, outcome, timestamp
 from paiexp.backends.instance_types import Resources
 from paiexp.backends.jobdir import JobDirectories
 from paiexp.backends.local_group import last_line
-from paiexp.confine import persist_outputs
-from paiexp.jsonfiles import read_json
+from paiexp.contract import layout as contract
+from paiexp.util.confine import persist_outputs
+from paiexp.util.jsonfiles import read_json
 
 FAILED_FILE = "failed"
 NETWORK_GONE = "network-removed"

@@ -23,12 +23,12 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from paiexp import contract
 from paiexp.backends.jobdir import lay_out
 from paiexp.backends.local_group import INSTANCES_DIR, TOPOLOGY_FILE
-from paiexp.distributed import Address, Topology
-from paiexp.jsonfiles import read_json
-from paiexp.spec import JobSpec
+from paiexp.config.spec import JobSpec
+from paiexp.contract import layout as contract
+from paiexp.contract.distributed import Address, Topology
+from paiexp.util.jsonfiles import read_json
 
 INSTANCE_LABEL = "paiexp.instance"
 MASTER_PORT = 23456  # PAI-DLC's

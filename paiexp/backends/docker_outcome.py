@@ -8,7 +8,7 @@ from typing import Any
 
 from paiexp.backends.base import JobState
 from paiexp.backends.instance_types import Resources, format_size
-from paiexp.exits import failure_reason
+from paiexp.util.exits import failure_reason
 
 
 def outcome(job_dir: Path, state: dict[str, Any], resources: Resources) -> tuple[JobState, str]:

@@ -1,7 +1,7 @@
 """Job directories: one per job under a root, created once by an atomic rename, found by name.
 
 Each holds the job's ``spec.json`` (secrets redacted) and its ``/ml`` tree of the PAI contract
-(:mod:`paiexp.contract`), which a local process uses in place and a container mounts::
+(:mod:`paiexp.contract.layout`), which a local process uses in place and a container mounts::
 
     <root>/<job name>/spec.json
                       ml/usercode (and ml/code, a link to it), ml/input/config/hyperparameters.json,
@@ -20,12 +20,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from paiexp import contract
 from paiexp.backends.base import JobHandle, LogChunk
-from paiexp.jsonfiles import read_json
-from paiexp.metrics import read_output_parameters
-from paiexp.source import copy_source
-from paiexp.spec import JobSpec, local_path
+from paiexp.config.spec import JobSpec, local_path
+from paiexp.contract import layout as contract
+from paiexp.contract.source import copy_source
+from paiexp.metrics.extraction import read_output_parameters
+from paiexp.util.jsonfiles import read_json
 
 SPEC_FILE = "spec.json"
 STARTUP_TIMEOUT = 60.0  # a job directory that nothing has started after this long never will

@@ -2,7 +2,7 @@
 
 A job runs under a small detached runner (:mod:`paiexp.backends.local_runner`) in its own
 session, so it survives the launcher, and in a mount namespace in which ``/ml`` is its
-directory's ``ml`` tree (:mod:`paiexp.mlroot`); the runner records the job's state in
+directory's ``ml`` tree (:mod:`paiexp.backends.mlroot`); the runner records the job's state in
 ``state.json`` (written atomically) and the job's output goes to ``job.log``.  Layout of a
 job directory::
 
@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from paiexp import contract, job_mlflow
 from paiexp.backends import local_instances, local_runner
 from paiexp.backends.base import JobHandle, JobState, JobStatus, LogChunk
 from paiexp.backends.checks import (
@@ -48,10 +47,12 @@ from paiexp.backends.jobdir import JobDirectories, LocalResults, read_log_file
 from paiexp.backends.local_runner_base import FULL_DISK, LOCK_FILE, NO_PRIVATE_ML, PLATFORM_FAILURE
 from paiexp.backends.threads import cpu_share, thread_environment
 from paiexp.backends.warm_pool import WarmInterpreters
+from paiexp.config.spec import JobSpec
+from paiexp.contract import job_mlflow
+from paiexp.contract import layout as contract
 from paiexp.errors import UserError
-from paiexp.jsonfiles import read_json
-from paiexp.processes import kill_group, lock_held, process_alive
-from paiexp.spec import JobSpec
+from paiexp.util.jsonfiles import read_json
+from paiexp.util.processes import kill_group, lock_held, process_alive
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ the job's lock, writes its ``state.json``, installs its requirements once, enfor
 ``max_run_time`` and persists its outputs.  In between, it starts an ordinary runner
 (:mod:`paiexp.backends.local_runner`) for each instance directory, each with the instance's
 environment: the job's, its ``PAI_*`` paths in the instance's own tree, and the distributed
-variables (:mod:`paiexp.distributed`) with the master on the loopback at a free port.
+variables (:mod:`paiexp.contract.distributed`) with the master on the loopback at a free port.
 
 The job succeeds when every instance does.  The first instance to fail fails the job, its
 reason naming the instance; the others are then stopped, as on SIGTERM (a stop, or pruning)
@@ -25,10 +25,9 @@ import socket
 import subprocess
 import sys
 
-from paiexp import mlroot
-from paiexp.backends import local_runner_base
-from paiexp.distributed import Address, Topology
-from paiexp.jsonfiles import read_json
+from paiexp.backends import local_runner_base, mlroot
+from paiexp.contract.distributed import Address, Topology
+from paiexp.util.jsonfiles import read_json
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

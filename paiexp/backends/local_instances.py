@@ -1,7 +1,7 @@
 """The launcher's side of a multi-instance local job: its instances' directories and logs.
 
 Beside the job's own files (:mod:`paiexp.backends.local`), a job of ``instance_count`` > 1
-holds its :class:`~paiexp.distributed.Topology` and a directory per instance, each an
+holds its :class:`~paiexp.contract.distributed.Topology` and a directory per instance, each an
 ordinary local job directory that its own runner runs (:mod:`paiexp.backends.local_group`)::
 
     <job>/topology.json                  count, job type, GPUs per instance
@@ -25,14 +25,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from paiexp import contract
 from paiexp.backends.instance_types import CATALOG
 from paiexp.backends.jobdir import SPEC_FILE, lay_out
 from paiexp.backends.local_group import INSTANCES_DIR, TOPOLOGY_FILE
-from paiexp.distributed import Topology, job_type
+from paiexp.config.spec import JobSpec
+from paiexp.contract import layout as contract
+from paiexp.contract.distributed import Topology, job_type
 from paiexp.errors import UserError
-from paiexp.jsonfiles import read_json
-from paiexp.spec import JobSpec
+from paiexp.util.jsonfiles import read_json
 
 INSTANCES_PER_CPU = 2  # a sane limit: each instance gets at least half a CPU
 JOB_LOG = "job.log"

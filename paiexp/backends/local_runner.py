@@ -23,7 +23,7 @@ if __name__ == "__main__":  # started by path without ``site``: the package's pa
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from paiexp.backends.local_runner_base import FAILED, Runner
-from paiexp.processes import process_start_time
+from paiexp.util.processes import process_start_time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -3,16 +3,16 @@ which runs one job's command to its end (:mod:`paiexp.backends.local_runner` sta
 multi-instance :class:`~paiexp.backends.local_group.GroupRunner` extends it).
 
 It runs in its own session (the launcher may die; the job goes on), enters a mount namespace
-in which ``/ml`` is the job's own tree (:mod:`paiexp.mlroot`; where the machine gives none,
+in which ``/ml`` is the job's own tree (:mod:`paiexp.backends.mlroot`; where the machine gives none,
 a job that wrote under the host's ``/ml`` fails), installs the job's requirements, runs the
 command with ``sh -c`` in its own process group, enforces
 ``max_run_time``, turns SIGTERM into a graceful stop of the whole group, and records the
 outcome in ``state.json`` atomically.  Once the state holds the command's process group, it
 changes only once more, as the runner exits: a launcher holding the runner's pidfd reads a
 running job's state again only when the runner is gone.  Standard library only (it starts
-for every job), with the standard-library-only :mod:`paiexp.jsonfiles`,
-:mod:`paiexp.processes`, :mod:`paiexp.exits`, :mod:`paiexp.requirements` and
-:mod:`paiexp.mlroot`.
+for every job), with the standard-library-only :mod:`paiexp.util.jsonfiles`,
+:mod:`paiexp.util.processes`, :mod:`paiexp.util.exits`, :mod:`paiexp.util.requirements` and
+:mod:`paiexp.backends.mlroot`.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ import subprocess
 import sys
 import time
 
-from paiexp import mlroot
-from paiexp.diskfull import DISK_FULL_ERRNOS, nearly_full, says_disk_full
-from paiexp.exits import failure_reason
-from paiexp.jsonfiles import read_json, write_json_atomic
-from paiexp.processes import kill_group, process_start_time
-from paiexp.requirements import requirement_lines, satisfied
+from paiexp.backends import mlroot
+from paiexp.util.diskfull import DISK_FULL_ERRNOS, nearly_full, says_disk_full
+from paiexp.util.exits import failure_reason
+from paiexp.util.jsonfiles import read_json, write_json_atomic
+from paiexp.util.processes import kill_group, process_start_time
+from paiexp.util.requirements import requirement_lines, satisfied
 
 RUNNER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "local_runner.py")
 """The runner's entry, started by path: ``python -S RUNNER_SCRIPT ...``."""
@@ -295,7 +295,7 @@ class Runner:
 
     def sigkill_hint(self) -> str:
         """What the kernel's log says of a SIGKILL's cause (its out-of-memory killer)."""
-        from paiexp.oom import sigkill_reason
+        from paiexp.util.oom import sigkill_reason
 
         assert self.child is not None
         return sigkill_reason(self.child.pid, self.command_started)
@@ -320,7 +320,7 @@ class Runner:
             return None
         from pathlib import Path
 
-        from paiexp.confine import persist_outputs
+        from paiexp.util.confine import persist_outputs
 
         output_dir = Path(self.path("ml", "output"))
         return persist_outputs(self.spec["outputs"], lambda channel: output_dir / channel)

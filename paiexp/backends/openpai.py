@@ -42,10 +42,10 @@ from paiexp.backends.jobdir import JobDirectories, LocalResults
 from paiexp.backends.openpai_api import OpenPaiApi, OpenPaiRejected
 from paiexp.backends.openpai_cluster import resolve_cluster
 from paiexp.backends.openpai_job import ROLE, STATE_DIR, Storage, protocol, stage_input
-from paiexp.distributed import Topology, job_type
+from paiexp.config.spec import JobSpec
+from paiexp.contract.distributed import Topology, job_type
 from paiexp.errors import UserError
-from paiexp.retry import RetryPolicy
-from paiexp.spec import JobSpec
+from paiexp.util.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from paiexp.backends.base import BackendUnavailable
 from paiexp.errors import UserError
-from paiexp.retry import RetryPolicy, call_with_retries
+from paiexp.util.retry import RetryPolicy, call_with_retries
 
 TOKEN_VARIABLE = "OPENPAI_TOKEN"
 LIST_LIMIT = 1000  # jobs per listing (the server's default is 5000)

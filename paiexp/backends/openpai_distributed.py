@@ -4,7 +4,8 @@ OpenPAI sets no ``MASTER_ADDR``: it gives each task of a task role every task's 
 (``PAI_HOST_IP_<role>_<index>``) and reserved ports (``PAI_PORT_LIST_<role>_<index>_<label>``),
 the role's task count and the task's index (``PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX``).
 The job reserves one port per task, and each task's commands export the variables of
-:mod:`paiexp.distributed` (names and values a local or PAI instance gets: the task's index is
+:mod:`paiexp.contract.distributed` (names and values a local or PAI instance gets: the task's index
+is
 its rank, task 0 the master) from OpenPAI's, and ``GLOO_SOCKET_IFNAME=eth0``, the interface
 gloo must use there.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from paiexp.distributed import Topology
+from paiexp.contract.distributed import Topology
 
 PORT_LABEL = "dist"  # the port each task reserves: the master's is MASTER_PORT
 TASK_INDEX = "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX"

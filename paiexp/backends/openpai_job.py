@@ -13,7 +13,7 @@ out the PAI contract in the container from it::
 In the container ``/ml/usercode`` is a copy (the working directory), ``/ml/code`` a link to
 it, and the config, inputs and outputs are links into the storage, so what a job writes to
 ``/ml/output/<channel>`` is on the storage when it ends. The variables are the contract's
-(:func:`paiexp.contract.environment`), and for a job of several instances (tasks of the role)
+(:func:`paiexp.contract.layout.environment`), and for a job of several instances (tasks of the role)
 the distributed ones (:mod:`paiexp.backends.openpai_distributed`); secret-looking ones travel
 as the protocol's ``secrets``, never in its commands. One failed task fails the job, the others
 then stopped; it succeeds when every task has (the completion policy, stated). The docker
@@ -35,15 +35,16 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from paiexp import contract, job_mlflow
 from paiexp.backends import openpai_distributed
 from paiexp.backends.docker_entry import entry_script
 from paiexp.backends.instance_types import Resources
 from paiexp.backends.threads import thread_environment
-from paiexp.distributed import Topology, job_type
-from paiexp.redact import SECRET_NAME
-from paiexp.source import copy_source, source_digest
-from paiexp.spec import JobSpec
+from paiexp.config.spec import JobSpec
+from paiexp.contract import job_mlflow
+from paiexp.contract import layout as contract
+from paiexp.contract.distributed import Topology, job_type
+from paiexp.contract.source import copy_source, source_digest
+from paiexp.util.redact import SECRET_NAME
 
 ROLE = "train"  # the job's one task role
 IMAGE = "image"  # its dockerimage prerequisite

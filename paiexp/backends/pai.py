@@ -21,7 +21,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from paiexp import contract, job_mlflow
 from paiexp.backends.base import JobHandle, JobState, JobStatus, LogChunk
 from paiexp.backends.checks import (
     check_local_inputs,
@@ -30,12 +29,14 @@ from paiexp.backends.checks import (
     local_channels,
 )
 from paiexp.backends.pai_api import PAGE_SIZE, PaiApi, PaiRejected, running_span
-from paiexp.cache import cache_root
+from paiexp.cloud.oss import OssTransfer, OssUri, endpoint_url
+from paiexp.config.spec import JobSpec
+from paiexp.contract import job_mlflow
+from paiexp.contract import layout as contract
 from paiexp.errors import UserError
-from paiexp.metrics import METRIC_NAME
-from paiexp.oss import OssTransfer, OssUri, endpoint_url
-from paiexp.retry import RetryPolicy
-from paiexp.spec import JobSpec
+from paiexp.metrics.extraction import METRIC_NAME
+from paiexp.util.cache import cache_root
+from paiexp.util.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
 # One lock per upload (OSS base, kind, local path) in this process: jobs submitted at once, by
@@ -495,7 +496,7 @@ def retry_policy(config: Any) -> RetryPolicy:
 
 def make_api(config: Any) -> PaiApi:
     """The PAI API client a ``backend=pai`` config describes (credentials from the chain)."""
-    from paiexp.credentials import credential_client
+    from paiexp.cloud.credentials import credential_client
 
     return PaiApi(
         region=config.region,

@@ -13,10 +13,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from paiexp.backends.base import BackendUnavailable
-from paiexp.credentials import describe_key
+from paiexp.cloud.credentials import describe_key
 from paiexp.errors import UserError
-from paiexp.outage import describe
-from paiexp.retry import RetryPolicy, call_with_retries
+from paiexp.util.outage import describe
+from paiexp.util.retry import RetryPolicy, call_with_retries
 
 PAGE_SIZE = 100
 AUTH_CODES = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidSecurityToken", "Forbidden")

@@ -38,7 +38,7 @@ import sys
 import types
 from typing import Any
 
-from paiexp.quick_exit import exit_as_python
+from paiexp.util.quick_exit import exit_as_python
 
 MAX_DESCRIPTORS = 3  # the job's log, then the runner's user and mount namespaces (if its own)
 ORDER_BYTES = 1 << 20  # an order's JSON: argv, environment, working directory

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 import paiexp
-from paiexp.contract import TRIAL_VARIABLE
+from paiexp.contract.layout import TRIAL_VARIABLE
 
 PYTHON = re.compile(r"python(3(\.\d+)?)?")
 BACKLOG = 64  # runners that may wait for the warm interpreter's imports at once

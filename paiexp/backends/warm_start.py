@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 
-from paiexp.processes import kill_group
+from paiexp.util.processes import kill_group
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

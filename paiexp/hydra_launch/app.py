@@ -10,8 +10,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from paiexp.contract.source import IGNORED_NAMES, IGNORED_SUFFIXES
 from paiexp.errors import UserError
-from paiexp.source import IGNORED_NAMES, IGNORED_SUFFIXES
 
 # Never part of an app's code: paiexp's and MLflow's local state, Hydra's output trees
 # (a directory holding a .hydra/ or a multirun.yaml: see _is_output_tree).

@@ -35,19 +35,19 @@ from hydra.errors import CompactHydraException
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from packaging.version import Version
 
-from paiexp.config import TrackerConfig
+from paiexp.config.schema import TrackerConfig
 from paiexp.errors import ConfigError, UserError
 from paiexp.hydra_launch import job_runner
 from paiexp.hydra_launch.app import AppEntry, app_entry, snapshot_code, source_dir
 from paiexp.hydra_launch.settings import LauncherJobConfig, PaiexpLauncherConf, backend_name
-from paiexp.monitor import NO_MODEL_LABEL
+from paiexp.tracking.monitor import NO_MODEL_LABEL
 
 if TYPE_CHECKING:
     from hydra.types import HydraContext
 
-    from paiexp._jobs import Composed, Job
+    from paiexp.api.jobs import Composed, Job
     from paiexp.runs import PreparedJob
-    from paiexp.tracking import MlflowTracker
+    from paiexp.tracking.mlflow_tracker import MlflowTracker
 
 log = logging.getLogger(__name__)
 
@@ -264,14 +264,14 @@ class MultirunLauncher:
     # -- tracking ----------------------------------------------------------------------------
 
     def _open_tracker(self) -> MlflowTracker:
-        from paiexp.tracking import MlflowTracker, tracking_uri
+        from paiexp.tracking.mlflow_tracker import MlflowTracker, tracking_uri
 
         tracker = self.settings.tracker
         return MlflowTracker(tracking_uri(tracker.uri, self.cwd), tracker.experiment)
 
     def _parent_run(self, tracker: MlflowTracker, sweep_dir: Path, entry: AppEntry | None) -> str:
         """The multirun's parent run: made at its first batch, RUNNING again at each next."""
-        from paiexp.tracking import KIND_TAG
+        from paiexp.tracking.mlflow_tracker import KIND_TAG
 
         if self.parent_run_id is None:
             app = entry.describe() if entry else getattr(self.task_function, "__qualname__", "")
@@ -292,8 +292,8 @@ class MultirunLauncher:
     # -- running -----------------------------------------------------------------------------
 
     def _run(self, pending: PendingJob, tracker: MlflowTracker, parent: str) -> JobReturn:
-        from paiexp._jobs import run_prepared
-        from paiexp.tracking import PARENT_RUN_TAG
+        from paiexp.api.jobs import run_prepared
+        from paiexp.tracking.mlflow_tracker import PARENT_RUN_TAG
 
         job = run_prepared(
             pending.prepared,
@@ -326,7 +326,7 @@ class MultirunLauncher:
     def _fetch(self, job: Job, pending: PendingJob) -> dict[str, Any] | None:
         """The job's outcome from its ``hydra`` channel (None: it wrote none), its output
         directory brought here when it ran elsewhere."""
-        from paiexp.download import download
+        from paiexp.commands.download import download
 
         uri = job.outputs.get(CHANNEL)
         if uri is None:
@@ -408,7 +408,7 @@ def job_template(
     """The paiexp job each job (or trial) is, checked as ``paiexp.job(...)`` checks one: the
     app's code snapshot, the launcher's ``hydra`` channels and ``hydra.launcher.job``'s (or
     ``hydra.sweeper.job``'s) fields."""
-    from paiexp._jobs import job
+    from paiexp.api.jobs import job
 
     inputs = dict(settings.inputs)
     outputs = dict(settings.outputs)
@@ -516,7 +516,7 @@ def stubs() -> dict[str, dict[str, Any]]:
 
 def _app_params(cfg: DictConfig) -> dict[str, str]:
     """The app's config as MLflow params, flat (``db.user``), resolved where it resolves."""
-    from paiexp.contract import flatten_hyperparameters
+    from paiexp.contract.layout import flatten_hyperparameters
 
     try:
         tree = OmegaConf.to_container(cfg, resolve=True)

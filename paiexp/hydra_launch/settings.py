@@ -13,8 +13,8 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from paiexp.config import PaiJobType, PrunerConfig, TensorBoardConfig, TrackerConfig
-from paiexp.metrics import MetricDefinition
+from paiexp.config.schema import PaiJobType, PrunerConfig, TensorBoardConfig, TrackerConfig
+from paiexp.metrics.extraction import MetricDefinition
 
 LAUNCHER_TARGET = "hydra_plugins.paiexp_launcher.paiexp_launcher.PaiexpLauncher"
 

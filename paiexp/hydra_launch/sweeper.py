@@ -149,7 +149,7 @@ class AppSweep:
 
     def _prepare(self, arguments: list[str], state: Path, sweep_dir: Path) -> PreparedSweep:
         """The app's sweep as a paiexp sweep, every check made, nothing submitted."""
-        from paiexp._jobs import Composed, working_in
+        from paiexp.api.jobs import Composed, working_in
 
         settings = self.settings
         code = source_dir(self.cwd, self.settings.job.source_dir)
@@ -297,7 +297,7 @@ class AppSweep:
     # -- running -----------------------------------------------------------------------------
 
     def _run(self, prepared: PreparedSweep) -> SweepOutcome:
-        from paiexp._sweeps import run_shown_sweep
+        from paiexp.api.sweeps import run_shown_sweep
 
         log.info(
             f"Sweeping study {prepared.study_name} ({prepared.storage}) on "
@@ -310,7 +310,7 @@ class AppSweep:
 def _fetch_trial_dirs(prepared: PreparedSweep, outcome: SweepOutcome, sweep_dir: Path) -> None:
     """Each finished trial's Hydra directory (its ``.hydra/`` files, its log), brought into
     the sweep directory from the ``hydra`` output of its job."""
-    from paiexp.download import download
+    from paiexp.commands.download import download
     from paiexp.sweep.records import JOB_NAME
 
     backend = prepared.backend
@@ -343,7 +343,7 @@ def _directions(direction: Any) -> list[str]:
 def _param_name(key: str, where: str) -> str:
     """The trial parameter of an app's key (paiexp's own ``job.``/``backend.`` keys spelt as
     the job's hyperparameters), refused where a job's hyperparameter could not carry it."""
-    from paiexp.contract import HYPERPARAMETER_NAME
+    from paiexp.contract.layout import HYPERPARAMETER_NAME
     from paiexp.sweep.space import SWEPT_PREFIXES
 
     if not HYPERPARAMETER_NAME.match(key):

@@ -12,19 +12,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from paiexp.backends import JobHandle, JobState
-from paiexp.cost import prices_of
-from paiexp.diskfull import disk_full
+from paiexp.config.record import make_record
 from paiexp.errors import UserError
-from paiexp.monitor import JobMonitor, JobResult, job_log
 from paiexp.pipeline.execution import StepOutcome
 from paiexp.pipeline.state import StepStatus
-from paiexp.record import make_record
 from paiexp.runs import Echo, PreparedJob, follow
-from paiexp.tracking import TERMINAL_RUN_STATUSES
+from paiexp.tracking.cost import prices_of
+from paiexp.tracking.mlflow_tracker import TERMINAL_RUN_STATUSES
+from paiexp.tracking.monitor import JobMonitor, JobResult, job_log
+from paiexp.util.diskfull import disk_full
 
 if TYPE_CHECKING:
     from paiexp.pipeline.tracking import PipelineRuns
-    from paiexp.tracking import MlflowTracker
+    from paiexp.tracking.mlflow_tracker import MlflowTracker
 
 STATUS = {
     JobState.SUCCEEDED: StepStatus.succeeded,

@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from paiexp.record import redact_config
+from paiexp.config.record import redact_config
 
 
 def instance_token(pipeline_id: str, step: str, attempt: int) -> str:

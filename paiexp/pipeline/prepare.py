@@ -16,8 +16,9 @@ from typing import Any
 from omegaconf import DictConfig
 
 from paiexp.backends import create_backend
-from paiexp.compose import Project, to_container, to_object
-from paiexp.config import Config, TrackerConfig
+from paiexp.config.compose import Project, to_container, to_object
+from paiexp.config.schema import Config, TrackerConfig
+from paiexp.config.spec import build_spec
 from paiexp.errors import UserError
 from paiexp.pipeline.graph import Graph, Step, build_graph
 from paiexp.pipeline.naming import config_digest, instance_token, job_name, study_name
@@ -25,7 +26,6 @@ from paiexp.pipeline.shapes import Shape, check_reference, job_shape, sweep_shap
 from paiexp.pipeline.state import PipelineState
 from paiexp.pipeline.step_config import StepConfigs
 from paiexp.runs import PreparedJob
-from paiexp.spec import build_spec
 from paiexp.sweep.prepared import PreparedSweep, prepare_sweep
 
 
@@ -143,6 +143,6 @@ def prepare_pipeline(
 
 def _selected(overrides: Sequence[str]) -> str:
     """The pipeline the overrides select (the last, as Hydra's last override wins)."""
-    from paiexp.config_files import PIPELINES
+    from paiexp.config.files import PIPELINES
 
     return PIPELINES.selected(overrides)[-1]

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from paiexp.diskfull import DiskFull, disk_full
 from paiexp.errors import UserError
 from paiexp.pipeline.condition import ConditionError
 from paiexp.pipeline.execution import StepExecution, StepOutcome
@@ -40,6 +39,7 @@ from paiexp.pipeline.state import StepRecord, StepStatus
 from paiexp.pipeline.sweep_step import SweepStep
 from paiexp.pipeline.tracking import PipelineRuns
 from paiexp.runs import Echo
+from paiexp.util.diskfull import DiskFull, disk_full
 
 WAKE_SECONDS = 0.5  # how often the loop looks at an interrupt while steps run
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from paiexp.errors import UserError
-from paiexp.jsonfiles import read_json, write_json_atomic
+from paiexp.util.jsonfiles import read_json, write_json_atomic
 
 
 class StepStatus(StrEnum):

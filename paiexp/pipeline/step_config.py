@@ -11,8 +11,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from paiexp.compose import Project, compose, describe_error
-from paiexp.config_files import SWEEPS
+from paiexp.config.compose import Project, compose, describe_error
+from paiexp.config.files import SWEEPS
 from paiexp.errors import UserError
 from paiexp.pipeline.graph import Step
 

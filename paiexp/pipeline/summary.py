@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from paiexp.pipeline.prepare import PreparedPipeline
 from paiexp.pipeline.runner import PipelineOutcome
-from paiexp.terminal import say
+from paiexp.util.terminal import say
 
 
 def summarize(

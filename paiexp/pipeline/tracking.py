@@ -3,7 +3,7 @@
 A job step's run is its job's run; a sweep step's is its sweep's parent run (the trials
 nested under it); a skipped step gets a run of tags saying which condition skipped it and
 the values it saw.  The parent run is found again by the pipeline's id, so a relaunch adds no
-run.  Every MLflow call goes through :class:`paiexp.tracking.MlflowTracker`.
+run.  Every MLflow call goes through :class:`paiexp.tracking.mlflow_tracker.MlflowTracker`.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from paiexp.pipeline.state import StepStatus
-from paiexp.redact import redact_override
-from paiexp.tracking import PARENT_RUN_TAG, STEP_TAG, tracking_uri
+from paiexp.tracking.mlflow_tracker import PARENT_RUN_TAG, STEP_TAG, tracking_uri
+from paiexp.util.redact import redact_override
 
 if TYPE_CHECKING:
-    from paiexp.config import TrackerConfig
+    from paiexp.config.schema import TrackerConfig
     from paiexp.pipeline.prepare import PreparedPipeline
-    from paiexp.tracking import MlflowTracker
+    from paiexp.tracking.mlflow_tracker import MlflowTracker
 
 PIPELINE_ID_TAG = "paiexp.pipeline_id"  # the parent run's only
 STEP_STATUS_TAG = "paiexp.step_status"
@@ -45,7 +45,7 @@ class PipelineRuns:
         """The tracker, the pipeline's parent run found again (or created), marked RUNNING."""
         with self._opening:
             if self._tracker is None:
-                from paiexp.tracking import MlflowTracker
+                from paiexp.tracking.mlflow_tracker import MlflowTracker
 
                 tracker = MlflowTracker(self.config.uri, self.config.experiment)
                 self.parent = self._open(tracker)

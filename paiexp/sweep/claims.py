@@ -21,13 +21,13 @@ import json
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from paiexp.outage import transient_database_error
 from paiexp.sweep.records import LOCK, OWNER
+from paiexp.util.outage import transient_database_error
 
 if TYPE_CHECKING:
     from optuna.storages import BaseStorage
 
-    from paiexp.outage import Outage
+    from paiexp.util.outage import Outage
 
 T = TypeVar("T")
 

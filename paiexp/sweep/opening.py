@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from paiexp.errors import UserError
-from paiexp.processes import process_alive
-from paiexp.redact import redact_url
 from paiexp.sweep.ownership import heartbeat_interval
 from paiexp.sweep.records import SWEEP_ID
 from paiexp.sweep.study import create_pruner, create_sampler, create_storage, storage_outage
+from paiexp.util.processes import process_alive
+from paiexp.util.redact import redact_url
 
 if TYPE_CHECKING:
     from optuna import Study

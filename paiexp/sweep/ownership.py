@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from paiexp.errors import UserError
-from paiexp.processes import process_alive, process_start_time
 from paiexp.sweep.claims import create_claims
 from paiexp.sweep.records import HEARTBEAT
+from paiexp.util.processes import process_alive, process_start_time
 
 if TYPE_CHECKING:
     from optuna import Study, Trial

@@ -7,10 +7,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from paiexp.redact import redact_url
 from paiexp.sweep.opening import launcher_gone
 from paiexp.sweep.records import OWNER
-from paiexp.tracking import STUDY_NAME_TAG
+from paiexp.tracking.mlflow_tracker import STUDY_NAME_TAG
+from paiexp.util.redact import redact_url
 
 if TYPE_CHECKING:
     from optuna import Study

@@ -1,7 +1,7 @@
 """A study storage on a database server that rides out the server's brief outages.
 
 :class:`PatientStorage` wraps the storage Optuna itself would use for an RDB URL (its cached
-RDB storage) and sends every call through an :class:`~paiexp.outage.Outage`: while the
+RDB storage) and sends every call through an :class:`~paiexp.util.outage.Outage`: while the
 database is down, the call that found it so is tried again, and the launcher's loop waits in
 it; the jobs run on by themselves, so a trial that finished meanwhile is told once the
 database is back, and none is lost.  Reads are idempotent; so are Optuna's writes of values
@@ -21,7 +21,7 @@ from optuna.storages import BaseStorage
 if TYPE_CHECKING:
     from optuna.trial import TrialState
 
-    from paiexp.outage import Outage
+    from paiexp.util.outage import Outage
 
 
 class PatientStorage(BaseStorage):

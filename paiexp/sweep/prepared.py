@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig
 
 from paiexp.backends import Backend, create_backend
-from paiexp.config import Config, SweepConfig
-from paiexp.cost import Prices
+from paiexp.config.record import SourceInfo, source_info
+from paiexp.config.schema import Config, SweepConfig
+from paiexp.config.tracker_uri import check_tracker, tracking_uri
 from paiexp.errors import UserError
-from paiexp.record import SourceInfo, source_info
 from paiexp.sweep.space import SearchSpace, parse_space
 from paiexp.sweep.spending import Budget, Projection, check_budget, projection, worst_spec
 from paiexp.sweep.study import (
@@ -25,8 +25,8 @@ from paiexp.sweep.study import (
 )
 from paiexp.sweep.tracking_messages import BestRun
 from paiexp.sweep.trials import TrialBuilder
-from paiexp.tracker_uri import check_tracker, tracking_uri
-from paiexp.tracking import check_tracking_server
+from paiexp.tracking.cost import Prices
+from paiexp.tracking.mlflow_tracker import check_tracking_server
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -16,13 +16,13 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from paiexp.browse import browse_lines, console_command
-from paiexp.cost import RunCost
-from paiexp.monitor import job_log
-from paiexp.redact import redact_url
 from paiexp.sweep.opening import PARENT_RUN_ATTR
 from paiexp.sweep.records import JOB_NAME, PREEMPTED, REASON, RETRIED
 from paiexp.sweep.spending import spent, trial_cost
+from paiexp.tracking.browse import browse_lines, console_command
+from paiexp.tracking.cost import RunCost
+from paiexp.tracking.monitor import job_log
+from paiexp.util.redact import redact_url
 
 if TYPE_CHECKING:
     from optuna import Study

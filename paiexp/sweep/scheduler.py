@@ -23,20 +23,20 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from paiexp.backends import BackendUnavailable, JobState, JobStatus
-from paiexp.config import InterruptMode
-from paiexp.diskfull import DiskFull, nearly_full, says_disk_full
-from paiexp.metrics import MetricPoint
-from paiexp.monitor import JobResult
-from paiexp.spec import JobSpec
+from paiexp.config.schema import InterruptMode
+from paiexp.config.spec import JobSpec
+from paiexp.metrics.extraction import MetricPoint
 from paiexp.sweep.ownership import trial_id
 from paiexp.sweep.records import PRUNING
 from paiexp.sweep.resume import Adopter
 from paiexp.sweep.trial_jobs import InFlight, TrialJobs
+from paiexp.tracking.monitor import JobResult
+from paiexp.util.diskfull import DiskFull, nearly_full, says_disk_full
 
 if TYPE_CHECKING:
     from optuna import Study
 
-    from paiexp.config import SweepConfig
+    from paiexp.config.schema import SweepConfig
     from paiexp.sweep.budget import TrialBudget
     from paiexp.sweep.progress import Progress
     from paiexp.sweep.study import Objective, PruningSignal

@@ -15,16 +15,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from paiexp.cost import Prices, RunCost, most, prices_of
+from paiexp.config.spec import JobSpec
 from paiexp.errors import UserError
-from paiexp.spec import JobSpec
 from paiexp.sweep.space import CategoricalParam, SearchSpace
+from paiexp.tracking.cost import Prices, RunCost, most, prices_of
 
 if TYPE_CHECKING:
     from optuna import Study
     from optuna.trial import FrozenTrial
 
-    from paiexp.config import SweepConfig
+    from paiexp.config.schema import SweepConfig
 
 SPENT_HOURS = "paiexp:instance_hours"
 SPENT_COST = "paiexp:cost"

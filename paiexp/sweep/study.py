@@ -13,15 +13,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from paiexp.diskfull import disk_full
+from paiexp.config.spec import creatable_path
+from paiexp.config.tracker_uri import database_url_problem
 from paiexp.errors import UserError
-from paiexp.redact import redact_url, redact_urls
-from paiexp.seconds import check_seconds
-from paiexp.spec import creatable_path
-from paiexp.tracker_uri import database_url_problem
+from paiexp.util.diskfull import disk_full
+from paiexp.util.redact import redact_url, redact_urls
+from paiexp.util.seconds import check_seconds
 
 if TYPE_CHECKING:
-    from paiexp.outage import Outage
+    from paiexp.util.outage import Outage
 
 SAMPLERS = {
     "tpe": "TPESampler",
@@ -61,7 +61,7 @@ class PruningSignal:
 
 def parse_objectives(value: Any, declared: Sequence[str]) -> list[Objective]:
     """``sweep.objective`` checked; ``declared``: the metrics the job declares."""
-    from paiexp.config import Direction  # with OmegaConf: not for the tracking process
+    from paiexp.config.schema import Direction  # with OmegaConf: not for the tracking process
 
     items = value if isinstance(value, list | tuple) else [value]
     if not items:
@@ -183,7 +183,7 @@ def storage_outage(
     """How the outages of the study's database server are ridden out: tried again at least
     every ``longest_wait`` seconds (a launcher's heartbeat interval, so that it is back at
     work, heartbeating, that soon after the server is), else at the backoff's own pace."""
-    from paiexp.outage import OUTAGE_BACKOFF, Outage, transient_database_error
+    from paiexp.util.outage import OUTAGE_BACKOFF, Outage, transient_database_error
 
     backoff = OUTAGE_BACKOFF
     if longest_wait is not None:
@@ -206,7 +206,7 @@ def rdb_storage(url: str, attempts: int = 5) -> Any:
     import optuna
     import sqlalchemy
 
-    from paiexp.outage import chain
+    from paiexp.util.outage import chain
 
     races = (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError)
     failures = (*races, optuna.exceptions.StorageInternalError, sqlalchemy.exc.OperationalError)
@@ -224,7 +224,7 @@ def rdb_storage(url: str, attempts: int = 5) -> Any:
 
 
 def _unusable_database(url: str, error: BaseException) -> str:
-    from paiexp.outage import describe, transient_database_error
+    from paiexp.util.outage import describe, transient_database_error
 
     if transient_database_error(error):
         return (

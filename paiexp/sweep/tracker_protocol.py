@@ -31,9 +31,9 @@ from paiexp.sweep.tracking_messages import (
 )
 
 if TYPE_CHECKING:
-    from paiexp.diskfull import DiskFull
-    from paiexp.metrics import MetricPoint
-    from paiexp.monitor import JobResult
+    from paiexp.metrics.extraction import MetricPoint
+    from paiexp.tracking.monitor import JobResult
+    from paiexp.util.diskfull import DiskFull
 
 log = logging.getLogger(__name__)
 

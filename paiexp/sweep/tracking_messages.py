@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from paiexp.cost import RunCost
-from paiexp.diskfull import DiskFull
-from paiexp.metrics import MetricPoint
-from paiexp.monitor import JobResult
-from paiexp.record import SourceInfo
-from paiexp.spec import JobSpec
+from paiexp.config.record import SourceInfo
+from paiexp.config.spec import JobSpec
+from paiexp.metrics.extraction import MetricPoint
+from paiexp.tracking.cost import RunCost
+from paiexp.tracking.monitor import JobResult
+from paiexp.util.diskfull import DiskFull
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,9 @@ SIGTERM: an interrupted sweep still closes its runs), tells the launcher each ca
 with (should it die, a new one is sent the calls not done again, :mod:`paiexp.sweep.tracking`),
 applies each call as it comes (keeping up while trials run leaves the least for after the last
 one), logs the plots the launcher drew meanwhile, and exits without the interpreter's
-teardown.  Every MLflow call goes through :class:`paiexp.tracking.MlflowTracker`.
+teardown.  Every MLflow call goes through :class:`paiexp.tracking.mlflow_tracker.MlflowTracker`.
 
-A tracking server that stops answering is waited for (:mod:`paiexp.outage`, up to
+A tracking server that stops answering is waited for (:mod:`paiexp.util.outage`, up to
 ``tracker.outage_timeout``): the call that failed is tried again, the calls behind it wait
 in the queue in order, the trials go on.  Every call is idempotent when tried again: a run
 it may have created is found by its job name, what it logs carries the time the launcher
@@ -35,14 +35,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, assert_never
 
-from paiexp.cost import CURRENCY_TAG
-from paiexp.diskfull import DiskFull, disk_full, nearly_full
-from paiexp.metrics import MetricPoint
-from paiexp.monitor import JobMonitor, job_log
-from paiexp.outage import Outage, OutageTooLong
-from paiexp.record import RunRecord, make_record
-from paiexp.redact import redact_url
-from paiexp.sqlite_store import create_new_store, leave_write_ahead, sqlite_file, write_ahead
+from paiexp.config.record import RunRecord, make_record
+from paiexp.metrics.extraction import MetricPoint
 from paiexp.sweep.opening import LEADER_ATTR, PARENT_RUN_ATTR
 from paiexp.sweep.parent_run import running_elsewhere
 from paiexp.sweep.records import JOB_NAME
@@ -76,7 +70,8 @@ from paiexp.sweep.tracking_messages import (
     call_name,
 )
 from paiexp.sweep.tracking_queue import CallQueue
-from paiexp.tracking import (
+from paiexp.tracking.cost import CURRENCY_TAG
+from paiexp.tracking.mlflow_tracker import (
     BEST_MODEL_TAG,
     BEST_RUN_TAG,
     TERMINAL_RUN_STATUSES,
@@ -84,11 +79,21 @@ from paiexp.tracking import (
     tracking_uri,
     transient_tracking_error,
 )
+from paiexp.tracking.monitor import JobMonitor, job_log
+from paiexp.tracking.sqlite_store import (
+    create_new_store,
+    leave_write_ahead,
+    sqlite_file,
+    write_ahead,
+)
+from paiexp.util.diskfull import DiskFull, disk_full, nearly_full
+from paiexp.util.outage import Outage, OutageTooLong
+from paiexp.util.redact import redact_url
 
 if TYPE_CHECKING:
     from paiexp.backends import Backend
     from paiexp.sweep.claims import Claims
-    from paiexp.tracking import MlflowTracker
+    from paiexp.tracking.mlflow_tracker import MlflowTracker
 
 log = logging.getLogger(__name__)
 
@@ -217,8 +222,8 @@ def quiet_about_full_disks(setup: TrackingSetup) -> None:
 
 
 def tracking_outage(setup: TrackingSetup, notify: Callable[[str], None]) -> Outage:
-    """How the tracking store's outages are ridden out (see :mod:`paiexp.outage`)."""
-    from paiexp.tracking import transient_tracking_error
+    """How the tracking store's outages are ridden out (see :mod:`paiexp.util.outage`)."""
+    from paiexp.tracking.mlflow_tracker import transient_tracking_error
 
     return Outage(
         service=f"MLflow tracking server at {redact_url(tracking_uri(setup.tracker_uri))}",
@@ -331,7 +336,7 @@ class TrackingWorker:
     @property
     def tracker(self) -> MlflowTracker:
         if self._tracker is None:
-            from paiexp.tracking import MlflowTracker
+            from paiexp.tracking.mlflow_tracker import MlflowTracker
 
             setup = self.setup  # the launcher checked the server before the sweep began
             write_ahead(tracking_uri(setup.tracker_uri))
@@ -545,7 +550,7 @@ class TrackingWorker:
     def register_best(self, name: str) -> None:
         """The best trial's model as a version of the registered model ``name``; the alias
         ``best`` moves to it only if it beats the value the current ``best`` carries."""
-        from paiexp.models import Candidate
+        from paiexp.tracking.models import Candidate
 
         study = self.study
         try:

@@ -16,12 +16,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from paiexp.backends import JobHandle, JobRejected, JobStatus
-from paiexp.contract import TRIAL_VARIABLE
-from paiexp.cost import RunCost, most, run_cost
-from paiexp.diskfull import disk_full
+from paiexp.config.spec import JobSpec
+from paiexp.contract.layout import TRIAL_VARIABLE
 from paiexp.errors import UserError
-from paiexp.monitor import JobMonitor, JobResult, job_log
-from paiexp.spec import JobSpec
 from paiexp.sweep import attempts, spending
 from paiexp.sweep.ownership import Identity, Lease, trial_id
 from paiexp.sweep.progress import best_of, rank, ranking
@@ -38,7 +35,10 @@ from paiexp.sweep.records import (
 from paiexp.sweep.space import SearchSpace
 from paiexp.sweep.tracking_messages import TrialRecord
 from paiexp.sweep.trials import HYPERPARAMETERS
-from paiexp.tracking import TRIAL_STATE_TO_RUN_STATUS
+from paiexp.tracking.cost import RunCost, most, run_cost
+from paiexp.tracking.mlflow_tracker import TRIAL_STATE_TO_RUN_STATUS
+from paiexp.tracking.monitor import JobMonitor, JobResult, job_log
+from paiexp.util.diskfull import disk_full
 
 if TYPE_CHECKING:
     from optuna import Study, Trial

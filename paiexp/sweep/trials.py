@@ -16,9 +16,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from paiexp.compose import describe_error, to_container, to_object
+from paiexp.config.compose import describe_error, to_container, to_object
+from paiexp.config.spec import JobSpec, build_spec, validate_hyperparameters
 from paiexp.errors import UserError
-from paiexp.spec import JobSpec, build_spec, validate_hyperparameters
 from paiexp.sweep.space import SearchSpace
 
 HYPERPARAMETERS = "job.hyperparameters."

@@ -15,7 +15,7 @@ pushes ``ml/output/<channel>/`` to each channel's ``OutputUri`` before the final
 Given ``local_images`` (PAI image URI, or ``default``, -> local Docker image), the command runs
 in a container of that image with that tree at ``/ml``, as on PAI (see runners.py); without,
 on the host with the host interpreter first on ``PATH`` and the tree where it is (a fast mode
-for tests of the API alone). The ``PAI_*`` variables are those of ``paiexp.contract``.
+for tests of the API alone). The ``PAI_*`` variables are those of ``paiexp.contract.layout``.
 StopTrainingJob moves a job to ``Stopping`` while its process is being stopped (at least one
 phase), then to ``Terminated``.
 
@@ -63,7 +63,8 @@ from urllib.parse import parse_qsl, quote, unquote
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from paiexp import contract, mlroot
+from paiexp.backends import mlroot
+from paiexp.contract import layout as contract
 
 from .common import Credentials, Fault, FaultPlan, RequestLog, RequestRecord
 from .http_server import ServiceHttpServer
