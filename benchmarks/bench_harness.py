@@ -2,8 +2,8 @@
 
 Every benchmark takes ``--quick``: the same code paths at the smallest sizes and repeats, done
 in seconds, its figures printed as a full run prints them (too small to mean anything: a check
-that it still runs, which tests/test_benchmarks.py makes in CI). Options given on the command
-line win over the quick values.
+that it still runs, which tests/project/test_benchmarks.py makes in CI). Options given on the
+command line win over the quick values.
 
 Importing this module puts ``tests/`` on ``sys.path`` (this one place): the emulators
 (``emulator``, ``openpai_server``) and the test images' tags, the tests' own.

@@ -14,7 +14,7 @@ from paiexp.metrics.extraction import (
     read_output_parameters,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LOGLOSS = "validation-logloss"
 AUC = "test-auc"
 LOGLOSS_VALUES = [0.60, 0.52, 0.47, 0.43]

@@ -35,7 +35,7 @@ from emulator.common import Credentials, FaultPlan
 from emulator.runners import JOB_LABEL
 from Tea.exceptions import TeaException
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 IMAGE = (
     "dsw-registry-vpc.cn-hangzhou.cr.aliyuncs.com/pai/xgboost-training:1.6.0-cpu-py36-ubuntu18.04"
 )

@@ -5,7 +5,7 @@ works outside the environment, and prints its best parameters as ``key=value``; 
 line counts pruned trials as done; its child runs carry ``paiexp.job_id``; with ``-q`` a
 failed job prints no ``model:`` line; ``paiexp download`` reads a local store's run without
 MLflow, and reads what MLflow's client reads.  (``rerun`` without arguments and ``sweep=``
-without ``+``: tests/test_bad_input.py and tests/test_sweep_bad_input.py; the latency:
+without ``+``: tests/cli/test_bad_input.py and tests/sweep/test_sweep_bad_input.py; the latency:
 benchmarks/cli_latency.py.)"""
 
 from __future__ import annotations
