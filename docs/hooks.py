@@ -1,14 +1,17 @@
-"""mkdocs hooks: the command-line reference from paiexp's parsers, and the config keys from
-its schema's dataclasses (their types, defaults and source comments)."""
+"""mkdocs hooks: the command-line reference from paiexp's parsers, the config keys from its
+schema's dataclasses (their types, defaults and source comments), and every one-line error
+from the source that raises it."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
 import inspect
 import io
 import re
 import typing
+from pathlib import Path
 from typing import Any
 
 from omegaconf import MISSING as MISSING_VALUE
@@ -33,6 +36,8 @@ def on_page_markdown(markdown: str, **_: Any) -> str:
         markdown = markdown.replace(MARK, "\n".join(sections))
     if CONFIG_MARK in markdown:
         markdown = markdown.replace(CONFIG_MARK, config_keys())
+    if ERRORS_MARK in markdown:
+        markdown = markdown.replace(ERRORS_MARK, errors_page())
     return markdown
 
 
@@ -105,4 +110,89 @@ def config_keys() -> str:
         out.append(f"### `{title}`\n\n{doc}\n\n| key | type | default | |\n|---|---|---|---|")
         out.extend(_rows(prefix, cls))
         out.append("")
+    return "\n".join(out)
+
+
+ERRORS_MARK = "<!-- paiexp-errors -->"
+# the exceptions paiexp prints as one line: UserError and its kinds
+ONE_LINE_ERRORS = {
+    "UserError",
+    "ConfigError",
+    "JobRejected",
+    "PaiRejected",
+    "OpenPaiRejected",
+    "Escape",
+    "LauncherConfigError",
+    "ConditionError",
+}
+PACKAGE = Path(__file__).resolve().parents[1] / "paiexp"
+
+
+def _template(node: ast.expr) -> str:
+    """A message as its source words it: an f-string's values as ``{...}``."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(
+            part.value if isinstance(part, ast.Constant) else "{" + ast.unparse(part.value) + "}"
+            for part in node.values
+        )
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _template(node.left) + _template(node.right)
+    return "{" + ast.unparse(node) + "}"
+
+
+# functions that word an error another raises (Hydra's and OmegaConf's errors described, a
+# metric definition checked): what they return is a message too
+MESSAGE_MAKERS = re.compile(r"describe|error|_not_an?_")
+
+
+def _constant(node: ast.expr) -> object:
+    return "" if isinstance(node, ast.JoinedStr) else getattr(node, "value", None)
+
+
+def error_messages() -> list[tuple[str, int, str, str]]:
+    """Every one-line error paiexp raises: (module, line, function, message template)."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        tree = ast.parse(path.read_text())
+        for function in ast.walk(tree):
+            if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef | ast.Module):
+                continue
+            name = getattr(function, "name", "")
+            for node in ast.walk(function):
+                call = node.exc if isinstance(node, ast.Raise) else None
+                if not (isinstance(call, ast.Call) and call.args):
+                    continue
+                kind = call.func.attr if isinstance(call.func, ast.Attribute) else None
+                kind = call.func.id if isinstance(call.func, ast.Name) else kind
+                if kind in ONE_LINE_ERRORS:
+                    found.append((module, node.lineno, name, _template(call.args[0])))
+            if MESSAGE_MAKERS.search(name):  # returns the words of an error raised elsewhere
+                found += [
+                    (module, node.lineno, name, _template(node.value))
+                    for node in ast.walk(function)
+                    if isinstance(node, ast.Return)
+                    and isinstance(node.value, ast.JoinedStr | ast.Constant)
+                    and isinstance(_constant(node.value), str)
+                ]
+    # a raise inside a nested function is seen from each function around it: keep the nearest
+    nearest: dict[tuple[str, int], tuple[str, int, str, str]] = {}
+    for entry in found:
+        nearest[entry[:2]] = entry if entry[:2] not in nearest or entry[2] else nearest[entry[:2]]
+    return sorted(nearest.values())
+
+
+def errors_page() -> str:
+    """The errors, one table per module: where each is raised, and its words."""
+    sections: dict[str, list[str]] = {}
+    for module, line, function, message in error_messages():
+        shown = message.replace("|", "\\|").replace("\n", " ")
+        sections.setdefault(module, []).append(
+            f"| `{shown}` | `{function or '(module)'}`, line {line} |"
+        )
+    out = [f"{sum(len(rows) for rows in sections.values())} messages in {len(sections)} modules.\n"]
+    for module, rows in sections.items():
+        out += [f"### `{module}`\n", "| the line says | raised in |", "|---|---|", *rows, ""]
     return "\n".join(out)

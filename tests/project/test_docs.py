@@ -6,6 +6,8 @@ what the docs and the README show still works: every Python block compiles, ever
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import importlib.util
 import os
 import re
 import shlex
@@ -13,6 +15,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import REPO, assert_nothing_started, run_paiexp
@@ -107,6 +110,8 @@ def test_the_site_builds_with_no_warning(tmp_path: Path) -> None:
         (PaiBackendConfig, "backend"),
     ]:
         assert all(f"{prefix}.{f.name}" in keys for f in dataclasses.fields(schema)), schema
+    errors = (site / "reference" / "errors.html").read_text()  # generated from the source
+    assert "no such key yet; a leading + adds one" in errors and "paiexp.config.compose" in errors
 
 
 PYTHON_BLOCKS = python_blocks()
@@ -149,3 +154,78 @@ def test_the_checks_see_the_docs_commands() -> None:
     these tests check nothing."""
     assert len(COMMAND_LINES) >= 40 and len(COMPOSED) >= 12, COMPOSED
     assert len(PYTHON_BLOCKS) >= 4
+
+
+def _hooks() -> Any:
+    """docs/hooks.py, the site's generators, as a module."""
+    spec = importlib.util.spec_from_file_location("docs_hooks", REPO / "docs" / "hooks.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+PLACEHOLDER_IN_TEMPLATE = re.compile(r"\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}")
+
+
+def _glob(text: str, wildcard: re.Pattern[str]) -> list[str]:
+    """``text`` as literal characters, each part ``wildcard`` finds as one ``*`` (any text)."""
+    out: list[str] = []
+    for index, literal in enumerate(wildcard.split(text)):
+        out += [*(["*"] if index else []), *literal]
+    return out
+
+
+def _can_say_the_same(one: list[str], other: list[str]) -> bool:
+    """Whether some line fits both patterns (characters and ``*``, any text; but a value
+    filled in never holds a key's ``: ``, so each ``*`` of ``other`` stops at one)."""
+    seen: dict[tuple[int, int], bool] = {}
+    stack = [(0, 0)]
+    while stack:
+        i, j = stack.pop()
+        if (i, j) in seen:
+            continue
+        seen[i, j] = True
+        if i == len(one) and j == len(other):
+            return True
+        a = one[i] if i < len(one) else None
+        b = other[j] if j < len(other) else None
+        if a == "*":
+            stack += [(i + 1, j)] + ([(i, j + 1)] if b is not None else [])
+        if b == "*":
+            takes = a is not None and one[i : i + 2] != [":", " "]
+            stack += [(i, j + 1)] + ([(i + 1, j)] if takes else [])
+        if a is not None and a == b and a != "*":
+            stack.append((i + 1, j + 1))
+    return False
+
+
+def _shares_words(line: str, template: list[str]) -> bool:
+    """Whether ``line`` and the message's own words (not its values) have 12 characters in a
+    row in common: a message that is mostly values (``{key}: {value}``) fits any line."""
+    words = "".join(template).split("*")
+    return any(
+        difflib.SequenceMatcher(None, line, part).find_longest_match().size >= 12 for part in words
+    )
+
+
+def test_every_error_the_troubleshooting_page_quotes_is_one_the_code_words() -> None:
+    """Each line the troubleshooting table quotes is the start of a message the code raises
+    (whole, or cut off with a final ``...``; the code's ``{...}`` any values filled in): a
+    reworded error cannot leave the page behind.  The generated reference lists them all."""
+    hooks = _hooks()
+    templates = [
+        _glob(message, PLACEHOLDER_IN_TEMPLATE)
+        for *_, message in hooks.error_messages()
+        if len(PLACEHOLDER_IN_TEMPLATE.sub("", message)) >= 12  # not only '{str(exc)}'
+    ]
+    assert len(templates) > 200
+    page = (REPO / "docs" / "troubleshooting.md").read_text()
+    quoted = re.findall(r"^\| `(.+?)` \|", page, re.MULTILINE)
+    assert len(quoted) >= 12
+    for line in quoted:
+        said = [*line.removesuffix("..."), *(["*"] if line.endswith("...") else [])]
+        assert any(
+            _shares_words(line, template) and _can_say_the_same(said, template)
+            for template in templates
+        ), line
