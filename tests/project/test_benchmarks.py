@@ -3,23 +3,20 @@ benchmarks/bench_harness.py) and with this interpreter, exits 0 without a traceb
 its figure. A benchmark that no longer runs fails CI.
 
 Nothing is timed: at quick sizes on a shared machine the figures mean nothing, so the tests
-only check that they are printed. A benchmark spends much of its time waiting (on its jobs,
-containers, emulators), so the selected ones all start at once, when the first of these tests
-runs, and each test collects its own. Those that run the test image need Docker: they fail,
-never skip, without it.
+only check that they are printed. Each test runs its own benchmark (``pytest -n`` runs several
+at once, each in the worker that runs its test). Those that run the test image need Docker:
+they fail, never skip, without it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import NamedTuple
 
 import pytest
 from conftest import REPO, clean_env
@@ -50,7 +47,7 @@ FIGURES = {
     "scale": rf"^TPE's cost in utilization / ideal: {NUMBER}",
     "sweep_overhead": rf"^ratio paiexp / bare: +{NUMBER}",
 }
-SECONDS = 480  # for all of them together, on a busy 2-core machine
+SECONDS = 300  # for one, on a busy 2-core machine
 
 
 def benchmarks() -> list[str]:
@@ -63,52 +60,6 @@ def uses_docker(name: str) -> bool:
     return "docker_image_tag" in (BENCHMARKS / f"{name}.py").read_text()
 
 
-class Started(NamedTuple):
-    """A benchmark's process, where its output goes, and when it must have ended."""
-
-    process: subprocess.Popen[bytes]
-    stdout: Path
-    stderr: Path
-    deadline: float
-
-
-@pytest.fixture(scope="module")
-def started(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Started]]:
-    """The selected benchmarks, all started now in quick mode, each in a directory of its own
-    (its working and temporary directory), their trainings on one thread each (XGBoost's
-    OpenMP threads spin for cores a busy machine does not give them); any still running at
-    the end is killed."""
-    names = [
-        str(item.callspec.params["name"])
-        for item in request.session.items
-        if isinstance(item, pytest.Function) and "started" in item.fixturenames
-    ]
-    root = tmp_path_factory.mktemp("benchmarks")
-    deadline = time.monotonic() + SECONDS
-    runs: dict[str, Started] = {}
-    for name in names:
-        directory = root / name
-        (directory / "tmp").mkdir(parents=True)
-        stdout, stderr = directory / "stdout", directory / "stderr"
-        with stdout.open("wb") as out, stderr.open("wb") as err:
-            process = subprocess.Popen(
-                [sys.executable, str(BENCHMARKS / f"{name}.py"), "--quick"],
-                cwd=directory,
-                env=clean_env(TMPDIR=str(directory / "tmp"), OMP_NUM_THREADS="1"),
-                stdout=out,
-                stderr=err,
-                start_new_session=True,  # its jobs, trackers and emulators killed with it
-            )
-        runs[name] = Started(process, stdout, stderr, deadline)
-    yield runs
-    for run in runs.values():
-        if run.process.poll() is None:
-            os.killpg(run.process.pid, signal.SIGKILL)
-            run.process.wait()
-
-
 def test_every_benchmark_names_its_figure() -> None:
     assert sorted(FIGURES) == benchmarks(), "FIGURES names the line each benchmark prints"
 
@@ -119,17 +70,34 @@ def test_every_benchmark_names_its_figure() -> None:
     [pytest.param(n, marks=[pytest.mark.docker] if uses_docker(n) else []) for n in benchmarks()],
 )
 def test_benchmark_runs_in_quick_mode(
-    name: str, started: dict[str, Started], request: pytest.FixtureRequest
+    name: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
+    """In a directory of its own (its working and temporary directory), its trainings on one
+    thread each (XGBoost's OpenMP threads spin for cores a busy machine does not give them);
+    whatever of it is left at the end (jobs, trackers, emulators) is killed with it."""
     if uses_docker(name):
         request.getfixturevalue("docker_image")  # fails, saying why, without Docker or image
-    run = started[name]
+    (tmp_path / "tmp").mkdir()
+    stdout, stderr = tmp_path / "stdout", tmp_path / "stderr"
+    with stdout.open("wb") as out, stderr.open("wb") as err:
+        process = subprocess.Popen(
+            [sys.executable, str(BENCHMARKS / f"{name}.py"), "--quick"],
+            cwd=tmp_path,
+            env=clean_env(TMPDIR=str(tmp_path / "tmp"), OMP_NUM_THREADS="1"),
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+        )
     try:
-        run.process.wait(timeout=max(0.0, run.deadline - time.monotonic()))
+        process.wait(timeout=SECONDS)
     except subprocess.TimeoutExpired:
         pytest.fail(f"{name} --quick did not end within {SECONDS} s")
-    stdout, stderr = run.stdout.read_text(), run.stderr.read_text()
-    tail = f"{name} --quick exited {run.process.returncode}; its stderr ends:\n{stderr[-3000:]}"
-    assert run.process.returncode == 0, tail
-    assert "Traceback" not in stderr, tail
-    assert re.search(FIGURES[name], stdout, re.MULTILINE), f"no figure in:\n{stdout}"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    out_text, err_text = stdout.read_text(), stderr.read_text()
+    tail = f"{name} --quick exited {process.returncode}; its stderr ends:\n{err_text[-3000:]}"
+    assert process.returncode == 0, tail
+    assert "Traceback" not in err_text, tail
+    assert re.search(FIGURES[name], out_text, re.MULTILINE), f"no figure in:\n{out_text}"
