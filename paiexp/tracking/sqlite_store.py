@@ -7,6 +7,7 @@ A sweep's tracking process writes its store through a write-ahead log (:func:`wr
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,12 @@ def template_path() -> Path:
     from importlib.metadata import version
 
     return cache_root() / f"mlflow-{version('mlflow')}-empty.db"
+
+
+def _temporary(path: Path) -> Path:
+    """A name beside ``path`` no other process or thread writes: threads of one process (two
+    trackers, say) may make the same file at once."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.creating")
 
 
 def create_sqlite_database(uri: str) -> None:
@@ -66,7 +73,7 @@ def _build_schema(path: Path) -> None:
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
 
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.creating")
+    temporary = _temporary(path)
 
     def unsynced(connection: Any, _record: Any) -> None:
         cursor = connection.cursor()
@@ -111,7 +118,7 @@ def copy_template(path: Path) -> bool:
     template = template_path()
     if not template.exists():
         return False
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.creating")
+    temporary = _temporary(path)
     try:
         shutil.copyfile(template, temporary)
         with sqlite3.connect(temporary) as connection:  # MLflow's "Default" experiment
