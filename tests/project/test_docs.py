@@ -229,3 +229,37 @@ def test_every_error_the_troubleshooting_page_quotes_is_one_the_code_words() -> 
             _shares_words(line, template) and _can_say_the_same(said, template)
             for template in templates
         ), line
+
+
+# The tour's commands that need nothing but this machine and what the tour ran before them;
+# the rest need a run's id, PAI or a browser, or serve until stopped (composed above).
+NOT_RUN_IN_THE_TOUR = {"images", "import", "tensorboard", "rerun", "attach", "register"}
+
+
+def tour() -> list[tuple[str, list[str]]]:
+    """The getting-started tour's command lines that run here, in order."""
+    return [
+        (where, words)
+        for where, words in COMMAND_LINES
+        if where.startswith("docs/getting-started.md")
+        and not any(PLACEHOLDER.search(w) for w in words)
+        and not (words and words[0] in NOT_RUN_IN_THE_TOUR)
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_tour_runs_as_written(tmp_path: Path) -> None:
+    """The tour's commands, each as written and in order, in a copy of the project: each
+    exits 0 (the sweep, its continuation, the pipeline, single runs, a grid, the report, the
+    best model's download, ``paiexp init``)."""
+    for name in PROJECT_DIRS:
+        shutil.copytree(REPO / name, tmp_path / name)
+    ran = tour()
+    assert {"+sweep=xgb", "+pipeline=xgb", "-m", "report", "download", "init"} <= {
+        word for _, words in ran for word in words
+    }, ran
+    for where, words in ran:
+        done = run_paiexp(tmp_path, *words, timeout=600)
+        assert done.returncode == 0, f"{where}: paiexp {shlex.join(words)}:\n{done.stderr[-3000:]}"
+    assert (tmp_path / "model").is_dir() and (tmp_path / "my-project" / "conf").is_dir()
