@@ -252,11 +252,12 @@ def run_command(argv: Sequence[str]) -> int:
             show_info(project, args.overrides, args.info)
             return 0
         if args.multirun:
-            return _multirun(project, args.overrides, dry_run=args.dry_run)
-        cfg = compose(project, args.overrides)
-        if args.cfg:
-            return print_config(cfg, args.package, args.resolve)
-        composed = composed_from(project, cfg, args.overrides)
+            composed = _grid(project, args.overrides)
+        else:
+            cfg = compose(project, args.overrides)
+            if args.cfg:
+                return print_config(cfg, args.package, args.resolve)
+            composed = composed_from(project, cfg, args.overrides)
     if composed.kind == "pipeline":
         if args.dry_run:  # never a run instead
             raise UserError(
@@ -572,9 +573,8 @@ def _run(job: PreparedJob, *, quiet: bool, extra_tags: dict[str, str] | None = N
     return 0 if ran.result.status.state.value == "SUCCEEDED" else EXIT_JOB_FAILED
 
 
-def _multirun(project: Project, overrides: Sequence[str], *, dry_run: bool) -> int:
-    """``-m``: the sweep overrides' combinations as a grid sweep (see paiexp.sweep.multirun);
-    ``dry_run``: only what it can cost, as for any sweep."""
+def _grid(project: Project, overrides: Sequence[str]) -> Composed:
+    """``-m``: the sweep overrides' combinations as a grid sweep (see paiexp.sweep.multirun)."""
     from paiexp.api.jobs import composed_from
     from paiexp.config.compose import compose
     from paiexp.sweep.multirun import apply_grid, split_multirun
@@ -584,11 +584,7 @@ def _multirun(project: Project, overrides: Sequence[str], *, dry_run: bool) -> i
     if cfg.pipeline is not None:
         raise UserError("-m: a pipeline's steps cannot be run as a grid; drop -m or +pipeline")
     apply_grid(cfg, grid)
-    composed = composed_from(project, cfg, overrides)
-    if dry_run:
-        print(composed.projection().line())
-        return 0
-    return _sweep(composed.prepared_sweep())
+    return composed_from(project, cfg, overrides)
 
 
 def _sweep(prepared: PreparedSweep) -> int:
