@@ -9,6 +9,7 @@ Cheap to import: Optuna, MLflow and pandas load when a sweep is launched or read
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import os
 import signal
@@ -86,18 +87,9 @@ class Sweep:
         """Trials by state, as the command line's status line counts them: ``complete``,
         ``pruned``, ``failed`` (counted toward n_trials), ``rerun`` (failed, run again),
         ``preempted`` (of those re-run: the platform took their jobs away), ``running``."""
-        from paiexp.sweep.records import PREEMPTED, RETRIED
+        from paiexp.sweep.progress import TrialCounts
 
-        names = ("complete", "pruned", "failed", "rerun", "preempted", "running")
-        counts = dict.fromkeys(names, 0)
-        for trial in self._study().get_trials(deepcopy=False):
-            state = trial.state.name
-            if state == "FAIL":
-                counts["rerun" if trial.user_attrs.get(RETRIED) else "failed"] += 1
-                counts["preempted"] += bool(trial.user_attrs.get(PREEMPTED))
-            elif state in ("COMPLETE", "PRUNED", "RUNNING"):
-                counts[state.lower()] += 1
-        return counts
+        return dataclasses.asdict(TrialCounts.of(self._study().get_trials(deepcopy=False)))
 
     @property
     def running(self) -> bool:
@@ -112,22 +104,17 @@ class Sweep:
         first trial's start to its last one's end, or to now while one runs)."""
         from optuna.trial import TrialState
 
-        from paiexp.sweep.progress import best_of, best_text, status_line
-        from paiexp.sweep.records import PREEMPTED, RETRIED
+        from paiexp.sweep.progress import TrialCounts, best_of, best_text, status_line
         from paiexp.sweep.spending import spent
 
         study = self._study()
-        counts = {k.upper(): v for k, v in self.counts().items()}
-        counts["FAIL"] = counts.pop("FAILED")
-        counts[RETRIED] = counts.pop("RERUN")
-        counts[PREEMPTED] = counts.pop("PREEMPTED")
+        trials = study.get_trials(deepcopy=False)
         objectives = self._objectives(study)
-        complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        complete = [trial for trial in trials if trial.state == TrialState.COMPLETE]
         best = best_text(objectives, best_of(study, objectives, complete) if complete else [])
-        elapsed = _elapsed(study.get_trials(deepcopy=False))
-        total = spent(study.get_trials(deepcopy=False))
+        total = spent(trials)
         cost = total.text() if total else None
-        line = status_line(counts, self._total(study), counts["RUNNING"], best, elapsed, cost)
+        line = status_line(TrialCounts.of(trials), self._total(study), best, _elapsed(trials), cost)
         return line.plain
 
     def wait(self, timeout: float | None = None, *, progress: bool = False) -> Sweep:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -55,8 +57,7 @@ class Progress:
         self.console = console or Console(stderr=True, width=None if sys.stderr.isatty() else 160)
         self.n_trials = n_trials
         self.objectives = list(objectives)
-        # trials that count toward n_trials by state, and failures that are re-run
-        self.counts = {"COMPLETE": 0, "FAIL": 0, "PRUNED": 0, RETRIED: 0, PREEMPTED: 0}
+        self.counts = TrialCounts()  # the ended trials (running ones: the sweep's own count)
         self.best_text = "-"
         self.spent: RunCost | None = None  # what the study's trials cost so far
         self.started_at = time.monotonic()
@@ -79,12 +80,9 @@ class Progress:
         self.console.print(self.status())
 
     def _count_existing(self, study: Study) -> None:
-        for trial in study.get_trials(deepcopy=False):
-            if trial.user_attrs.get(RETRIED):  # as Sweep.counts() counts them
-                self.counts[RETRIED] += 1
-                self.counts[PREEMPTED] += bool(trial.user_attrs.get(PREEMPTED))
-            elif trial.state.name in self.counts:
-                self.counts[trial.state.name] += 1
+        self.counts = dataclasses.replace(
+            TrialCounts.of(study.get_trials(deepcopy=False)), running=0
+        )
         self.spent = spent(study.get_trials(deepcopy=False))
         self.best(study)
 
@@ -93,7 +91,8 @@ class Progress:
         running = self._sweep.running if self._sweep else 0
         elapsed = time.monotonic() - self.started_at
         cost = self.spent.text() if self.spent else None
-        return status_line(self.counts, self.n_trials, running, self.best_text, elapsed, cost)
+        counts = dataclasses.replace(self.counts, running=running)
+        return status_line(counts, self.n_trials, self.best_text, elapsed, cost)
 
     def refresh(self) -> None:
         if self._live is not None:
@@ -121,10 +120,8 @@ class Progress:
     ) -> None:
         """A trial ended; ``retried``: it failed and its point runs again (it counts no more);
         ``preempted``: so, because the platform took its job away (shown as PREEMPTED)."""
-        key = RETRIED if retried else state
-        self.counts[key] = self.counts.get(key, 0) + 1
+        self.counts.add(state, retried=retried, preempted=preempted)
         if preempted:
-            self.counts[PREEMPTED] += 1
             state = "PREEMPTED"
         shown = ""
         if values:
@@ -151,31 +148,64 @@ class Progress:
         self.best_text = best_text(self.objectives, best)
 
 
+@dataclass
+class TrialCounts:
+    """Trials by state, as the status line counts them: ``complete``, ``pruned`` and
+    ``failed`` count toward n_trials; ``rerun`` are failed ones whose point runs again
+    (``preempted`` of them: the platform took their jobs away); ``running``."""
+
+    complete: int = 0
+    pruned: int = 0
+    failed: int = 0
+    rerun: int = 0
+    preempted: int = 0
+    running: int = 0
+
+    def add(self, state: str, *, retried: bool = False, preempted: bool = False) -> None:
+        """One trial more, in Optuna's ``state`` (COMPLETE, PRUNED, FAIL, RUNNING)."""
+        if retried:
+            self.rerun += 1
+            self.preempted += preempted
+        elif state in _FIELD_OF_STATE:
+            field = _FIELD_OF_STATE[state]
+            setattr(self, field, getattr(self, field) + 1)
+
+    @classmethod
+    def of(cls, trials: Iterable[FrozenTrial]) -> TrialCounts:
+        """The counts of a study's ``trials``, as its ``paiexp:*`` attributes tell them."""
+        counts = cls()
+        for trial in trials:
+            retried = bool(trial.user_attrs.get(RETRIED))
+            preempted = bool(trial.user_attrs.get(PREEMPTED))
+            counts.add(trial.state.name, retried=retried, preempted=preempted)
+        return counts
+
+
+_FIELD_OF_STATE = {
+    "COMPLETE": "complete",
+    "PRUNED": "pruned",
+    "FAIL": "failed",
+    "RUNNING": "running",
+}
+
+
 def status_line(
-    counts: Mapping[str, int],
-    n_trials: int | None,
-    running: int,
-    best: str,
-    elapsed: float,
-    cost: str | None = None,
+    counts: TrialCounts, n_trials: int | None, best: str, elapsed: float, cost: str | None = None
 ) -> Text:
     """The status line: trials done of n_trials (complete, pruned and failed ones alike),
-    running, re-run, the best so far, what the ended trials cost (``cost``) and the time
-    taken.  ``counts``: trials by state (COMPLETE, PRUNED, FAIL, and RETRIED: failed ones
-    run again, PREEMPTED of them because the platform took their jobs away)."""
-    complete, pruned, failed = (counts.get(k, 0) for k in ("COMPLETE", "PRUNED", "FAIL"))
-    done = complete + pruned + failed
+    running, re-run (and preempted of those), the best so far, what the ended trials cost
+    (``cost``) and the time taken."""
+    done = counts.complete + counts.pruned + counts.failed
     of = f"/{n_trials}" if n_trials is not None else ""
-    failed_text = (f", {failed} failed", "red") if failed else ""
-    rerun, preempted = counts.get(RETRIED, 0), counts.get(PREEMPTED, 0)
-    rerun_text = f" · {rerun} re-run" if rerun else ""
-    if rerun and preempted:
-        rerun_text += f" ({preempted} preempted)"
+    failed_text = (f", {counts.failed} failed", "red") if counts.failed else ""
+    rerun_text = f" · {counts.rerun} re-run" if counts.rerun else ""
+    if counts.rerun and counts.preempted:
+        rerun_text += f" ({counts.preempted} preempted)"
     return Text.assemble(
         ("sweep ", "bold"),
-        f"{done}{of} done ({complete} complete, {pruned} pruned",
+        f"{done}{of} done ({counts.complete} complete, {counts.pruned} pruned",
         failed_text,
-        f") · {running} running{rerun_text} · best {best} · ",
+        f") · {counts.running} running{rerun_text} · best {best} · ",
         f"cost {cost} · " if cost else "",
         f"{int(elapsed // 60):02d}:{elapsed % 60:04.1f}",
     )

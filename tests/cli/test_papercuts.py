@@ -40,8 +40,7 @@ from sweep_helpers import (
 from paiexp.cli import COMMANDS
 from paiexp.commands.download import MlflowRuns, SqliteRuns, sqlite_file
 from paiexp.config.compose import compose, locate_project, to_object
-from paiexp.sweep.progress import Progress, status_line
-from paiexp.sweep.records import PREEMPTED
+from paiexp.sweep.progress import Progress, TrialCounts, status_line
 from paiexp.sweep.study import Objective
 from paiexp.tracking.mlflow_tracker import tracking_uri
 
@@ -89,7 +88,7 @@ def test_the_status_line_counts_pruned_and_failed_trials_as_done() -> None:
     assert "· 2 re-run (1 preempted) ·" in progress.status().plain
     shown = progress.console.file.getvalue().splitlines()  # type: ignore[attr-defined]
     assert shown[-2:] == ["trial   20 FAIL     submission failed", "trial   21 PREEMPTED reclaimed"]
-    preempted_only = status_line({"COMPLETE": 1, PREEMPTED: 1}, 2, 0, "-", 1.0).plain
+    preempted_only = status_line(TrialCounts(complete=1, preempted=1), 2, "-", 1.0).plain
     assert "preempted" not in preempted_only  # only ever said of re-runs it is part of
 
 
