@@ -112,8 +112,13 @@ def _pwd(pwd: str | None, cwd: str) -> str:
 
 
 def _read_reply(replies: BinaryIO) -> dict[str, int] | None:
-    """The warm interpreter's next line; None when it closed the connection."""
-    line = replies.readline()
+    """The warm interpreter's next line; None when it closed the connection.  A reset is a
+    close: the warm interpreter died with our order unread (so forked nothing), or it and the
+    job are both gone."""
+    try:
+        line = replies.readline()
+    except ConnectionResetError:
+        return None
     if not line.endswith(b"\n"):
         return None
     reply: dict[str, int] = json.loads(line)

@@ -11,8 +11,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import select
 import signal
+import socket
+import sys
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +24,7 @@ import pytest
 from conftest import job_end, wait_until
 from test_contract_probe import HYPERPARAMETERS, assert_contract_seen, write_probe_project
 
-from paiexp.backends import JobState, JobStatus
+from paiexp.backends import JobState, JobStatus, warm_start
 from paiexp.backends.local import LocalBackend
 from paiexp.backends.threads import cpu_share
 from paiexp.config.schema import LocalBackendConfig
@@ -344,3 +348,35 @@ def test_every_instance_of_a_multi_instance_job_starts_warm(tmp_path: Path) -> N
             assert report["environment"]["RANK"] == rank
             del report["environment"]["MASTER_PORT"]  # a free port, each job its own
         assert warm[name] == cold[name]
+
+
+def test_a_warm_interpreter_that_dies_with_the_order_unread_forks_nothing(tmp_path: Path) -> None:
+    """The warm interpreter is gone as a runner asks it for a fork (its launcher was
+    SIGKILLed): it closes the connection with the order unread, the runner's read is reset,
+    and the job starts cold (None here) instead of failing with the reset."""
+    (tmp_path / "train.py").write_text("print('trained')\n")
+    address = f"paiexp-test-warm-{os.getpid()}-{id(tmp_path)}"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind("\0" + address)
+    listener.listen(1)
+    closed = threading.Event()
+
+    def die_unread() -> None:
+        connection, _ = listener.accept()
+        # the order has arrived and is unread when it dies: the premise of the reset
+        select.select([connection], [], [], 30)
+        connection.close()
+        closed.set()
+
+    dying = threading.Thread(target=die_unread)
+    dying.start()
+    log = os.open(tmp_path / "job.log", os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        env = {"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
+        started = warm_start.start(address, "python train.py", env, str(tmp_path), log)
+    finally:
+        os.close(log)
+        dying.join(30)
+        listener.close()
+    assert closed.is_set(), "the warm interpreter never closed the connection"
+    assert started is None
